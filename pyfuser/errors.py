@@ -1,0 +1,37 @@
+"""pyfuser's exception types. Each subclasses the builtin a caller would naturally catch."""
+
+
+class PyfuserError(Exception):
+    """Base of every error pyfuser raises on purpose."""
+
+
+class FusionDefinitionError(PyfuserError, ValueError):
+    """An op or define_* call got bad arguments (the message names the op and the argument)."""
+
+
+class FusionDtypeError(FusionDefinitionError, TypeError):
+    """An op got an operand of a dtype it does not accept."""
+
+
+class InputValidationError(PyfuserError, ValueError):
+    """execute() got inputs that contradict the definition (the message names the input position)."""
+
+
+class InputTypeError(InputValidationError, TypeError):
+    """execute() got an input of the wrong Python type or dtype."""
+
+
+class InputDeviceError(InputValidationError, RuntimeError):
+    """execute() got inputs on the wrong or on mixed devices."""
+
+
+class OptionError(PyfuserError, ValueError):
+    """An unknown name in _enable_options / _disable_options."""
+
+
+class FusionExecutionError(PyfuserError, RuntimeError):
+    """An op failed while running (e.g. symbolic extents that do not match at run time)."""
+
+
+class UnsupportedOpError(PyfuserError, NotImplementedError):
+    """The op (or this form of it) is not supported; the message names it."""

@@ -1,0 +1,4 @@
+"""The nvFuser-compatible Python frontend."""
+
+from .fusion_definition import FusionDefinition  # noqa: F401
+from .tensor_descriptor import compute_tensor_descriptor  # noqa: F401

@@ -1,0 +1,308 @@
+"""FusionDefinition: nvFuser's direct Python frontend (``with FusionDefinition() as fd: ...``)."""
+
+from __future__ import annotations
+
+import numbers
+import traceback
+from typing import Any, Optional, Sequence, Union
+
+import torch
+
+from .ops_namespace import ops as _ops_namespace
+from ..errors import FusionDefinitionError, FusionDtypeError
+from ..ir.dtypes import DataType, from_torch_dtype
+from ..ir.fusion import Fusion, FusionGuard
+from ..ir.nodes import IterDomain, IterType, Scalar, TensorView, Val, Vector
+from ..ops.common import literal_dtype
+from .printer import fusion_to_python
+from .tensor_descriptor import alloc_order_from_stride_order, compute_tensor_descriptor
+
+_NO_DTYPE = object()
+
+
+class FusionDefinition:
+    """Define a fusion in a ``with`` block, then ``execute`` it.
+
+    >>> with FusionDefinition() as fd:
+    ...     t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+    ...     fd.add_output(fd.ops.relu(t0))
+    >>> fd.execute([torch.randn(4, 4)])
+    """
+
+    ops = _ops_namespace
+
+    def __init__(self):
+        self._fusion: Optional[Fusion] = None
+        self._guard: Optional[FusionGuard] = None
+        self._executor = None
+
+    # --- lifecycle ------------------------------------------------------------------------------------------
+    @property
+    def fusion(self) -> Fusion:
+        if self._fusion is None:
+            raise FusionDefinitionError("the FusionDefinition is empty: define it inside `with FusionDefinition() as fd:`")
+        return self._fusion
+
+    def __enter__(self):
+        self._fusion = Fusion()
+        self._executor = None
+        self._guard = FusionGuard(self._fusion)
+        self._guard.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc_value, tb):
+        self._guard.__exit__(exc_type, exc_value, tb)
+        self._guard = None
+        self._fusion.frozen = True
+        if exc_type is not None:
+            # nvFuser prints the failure and re-raises it.
+            print(f"Exception occurred: {exc_type.__name__}: {exc_value}")
+            if tb is not None:
+                print("Traceback (most recent call last):")
+                traceback.print_tb(tb)
+        return False
+
+    def __repr__(self) -> str:
+        if self._fusion is None:
+            return "<empty FusionDefinition>"
+        return fusion_to_python(self._fusion)
+
+    # --- inputs -----------------------------------------------------------------------------------------------
+    def define_tensor(
+        self,
+        shape: Optional[Sequence[int]] = None,
+        contiguity: Union[Sequence[Optional[bool]], bool, None] = None,
+        dtype: DataType = DataType.Float,
+        is_cpu: bool = False,
+        stride_order: Sequence[int] = (),
+        *,
+        sizes: Optional[Sequence[int]] = None,
+        strides: Optional[Sequence[int]] = None,
+        static_sizes: bool = False,
+    ) -> TensorView:
+        """Three overloads, as in nvFuser:
+
+        1. ``define_tensor(shape, contiguity: list[bool|None], dtype, is_cpu, stride_order)``
+        2. ``define_tensor(shape, contiguity: bool=False, dtype, is_cpu, stride_order)``
+        3. ``define_tensor(sizes, strides, dtype, static_sizes, is_cpu)`` (what ``from_pytorch`` uses)
+
+        ``shape``: -1 symbolic, 1 broadcast, other values static extents checked at run time. ``contiguity``
+        is listed in allocation order; None marks a broadcast (expanded when its extent is not 1).
+        """
+        if sizes is not None or strides is not None:
+            if shape is not None:
+                raise FusionDefinitionError("define_tensor: give either shape/contiguity or sizes/strides, not both")
+            return self._define_from_strides(sizes, strides, dtype, static_sizes, is_cpu)
+        if shape is None:
+            raise FusionDefinitionError("define_tensor: 'shape' (or 'sizes' and 'strides') is required")
+        # A list of plain ints as the second positional argument is overload 3 (sizes, strides).
+        if isinstance(contiguity, (list, tuple)) and contiguity and all(
+            isinstance(c, numbers.Integral) and not isinstance(c, bool) for c in contiguity
+        ):
+            return self._define_from_strides(shape, contiguity, dtype, static_sizes, is_cpu)
+        return self._define_from_shape(shape, contiguity, dtype, is_cpu, stride_order)
+
+    def _check_dtype(self, dtype) -> DataType:
+        if not isinstance(dtype, DataType) or dtype is DataType.Null:
+            raise FusionDtypeError(f"define_tensor: dtype must be a DataType other than Null, got {dtype!r}")
+        return dtype
+
+    def _check_shape(self, shape) -> list[int]:
+        shape = list(shape)
+        for i, s in enumerate(shape):
+            if not isinstance(s, numbers.Integral) or isinstance(s, bool) or s < -1:
+                raise FusionDefinitionError(f"define_tensor: shape[{i}]={s!r} must be -1 (symbolic), 1 (broadcast) or an extent >= 0")
+        return [int(s) for s in shape]
+
+    def _define_from_shape(self, shape, contiguity, dtype, is_cpu, stride_order) -> TensorView:
+        shape = self._check_shape(shape)
+        dtype = self._check_dtype(dtype)
+        rank = len(shape)
+        alloc = alloc_order_from_stride_order(stride_order, rank, "define_tensor: stride_order")
+        order = alloc or list(range(rank))
+        if contiguity is None or isinstance(contiguity, bool):
+            flag = bool(contiguity)
+            contiguity = [None if shape[d] == 1 else flag for d in order]
+        contiguity = list(contiguity)
+        if len(contiguity) != rank:
+            raise FusionDefinitionError(f"define_tensor: contiguity has {len(contiguity)} entries but shape has rank {rank}")
+        domain: list[Optional[IterDomain]] = [None] * rank
+        for pos, d in enumerate(order):
+            c = contiguity[pos]
+            if c is not None and not isinstance(c, bool):
+                raise FusionDefinitionError(f"define_tensor: contiguity[{pos}]={c!r} must be True, False or None")
+            if shape[d] == 1:
+                if c is not None:
+                    raise FusionDefinitionError(
+                        f"define_tensor: dim {d} has shape 1 (a broadcast), so its contiguity (position {pos}) must be None, got {c}"
+                    )
+                domain[d] = IterDomain.broadcast()
+            elif c is None:
+                domain[d] = IterDomain(None if shape[d] < 0 else shape[d], IterType.Broadcast, True)
+            else:
+                domain[d] = IterDomain.iteration(None if shape[d] < 0 else shape[d])
+        if is_cpu and rank != 0:
+            raise FusionDefinitionError(f"define_tensor: is_cpu=True is only allowed for 0-dim tensors, got rank {rank}")
+        tv = TensorView(self.fusion, domain, dtype, contiguity=contiguity, alloc_order=alloc, is_cpu=bool(is_cpu))
+        self.fusion.add_statement(tv)
+        self.fusion.add_input(tv)
+        return tv
+
+    def _define_from_strides(self, sizes, strides, dtype, static_sizes, is_cpu) -> TensorView:
+        if sizes is None or strides is None:
+            raise FusionDefinitionError("define_tensor: both 'sizes' and 'strides' are required")
+        sizes, strides = list(sizes), list(strides)
+        if len(sizes) != len(strides):
+            raise FusionDefinitionError(f"define_tensor: {len(sizes)} sizes but {len(strides)} strides")
+        try:
+            contiguity, stride_order = compute_tensor_descriptor(sizes, strides)
+        except ValueError as e:
+            raise FusionDefinitionError(f"define_tensor: {e}") from None
+        shape = []
+        for s, st in zip(sizes, strides):
+            if s == 1:
+                shape.append(1)
+            elif static_sizes:
+                shape.append(s)
+            else:
+                shape.append(-1)
+        return self._define_from_shape(shape, contiguity, dtype, is_cpu, stride_order)
+
+    def from_pytorch(self, tensor: torch.Tensor, static_sizes: bool = False) -> TensorView:
+        """Define an input that matches ``tensor``'s dtype and layout (sizes symbolic unless static_sizes)."""
+        if not isinstance(tensor, torch.Tensor):
+            raise FusionDtypeError(f"from_pytorch: expected a torch.Tensor, got {type(tensor).__name__}")
+        is_cpu = tensor.device.type == "cpu" and tensor.dim() == 0
+        return self._define_from_strides(
+            list(tensor.shape), list(tensor.stride()), from_torch_dtype(tensor.dtype), static_sizes, is_cpu
+        )
+
+    def define_scalar(self, value: Any = None, dtype: Any = _NO_DTYPE) -> Scalar:
+        """A constant (value given) or a symbolic scalar input (value None, default dtype Double)."""
+        if dtype is _NO_DTYPE:
+            dtype = DataType.Double if value is None else literal_dtype(value)
+        if not isinstance(dtype, DataType) or dtype is DataType.Null:
+            raise FusionDtypeError(f"define_scalar: dtype must be a DataType, got {dtype!r}")
+        if value is not None:
+            if isinstance(value, Val) or not isinstance(value, (numbers.Number, bool)):
+                raise FusionDtypeError(f"define_scalar: value must be a Python number or None, got {type(value).__name__}")
+            value = _coerce_scalar(value, dtype)
+        s = Scalar(self.fusion, dtype, value)
+        s.declared = True
+        self.fusion.add_statement(s)
+        if value is None:
+            self.fusion.add_input(s)
+        return s
+
+    def define_vector(self, values: Union[int, Sequence[Any]], dtype: DataType = DataType.Int) -> Vector:
+        """``define_vector(n)``: n symbolic Int inputs (bound from a flattened list at execute);
+        ``define_vector([..])``: a vector of ints / Int scalars."""
+        if isinstance(values, numbers.Integral) and not isinstance(values, bool):
+            elements = [self.define_scalar(None, dtype=dtype) for _ in range(int(values))]
+        else:
+            elements = []
+            for i, v in enumerate(values):
+                if isinstance(v, Scalar):
+                    elements.append(v)
+                elif isinstance(v, numbers.Integral) and not isinstance(v, bool):
+                    elements.append(Scalar(self.fusion, dtype, int(v)))
+                else:
+                    raise FusionDtypeError(f"define_vector: element {i} must be an int or Int scalar, got {v!r}")
+        vec = Vector(self.fusion, elements, dtype)
+        self.fusion.add_statement(vec)
+        return vec
+
+    # --- outputs ----------------------------------------------------------------------------------------------
+    def add_output(self, output: Val, alias_input: Optional[TensorView] = None) -> None:
+        """Return ``output`` from execute; with ``alias_input``, write it into that input's buffer instead."""
+        if not isinstance(output, (TensorView, Scalar)):
+            raise FusionDefinitionError(f"add_output: expected a TensorView or Scalar, got {type(output).__name__}")
+        if output.fusion is not self.fusion:
+            raise FusionDefinitionError(f"add_output: {output.name} belongs to another fusion")
+        if alias_input is not None:
+            if not isinstance(alias_input, TensorView) or alias_input not in self.fusion.inputs:
+                raise FusionDefinitionError("add_output: alias_input must be a tensor input of this fusion")
+            if not isinstance(output, TensorView):
+                raise FusionDefinitionError("add_output: only tensors can be written into an input")
+            if output.dtype is not alias_input.dtype:
+                raise FusionDtypeError(
+                    f"add_output: {output.name} is {output.dtype!r} but alias input {alias_input.name} is {alias_input.dtype!r}"
+                )
+            if output.ndim != alias_input.ndim:
+                raise FusionDefinitionError(
+                    f"add_output: {output.name} has rank {output.ndim} but alias input {alias_input.name} has rank {alias_input.ndim}"
+                )
+        self.fusion.add_output(output, alias_input)
+
+    # --- execution --------------------------------------------------------------------------------------------
+    def _get_executor(self):
+        from ..runtime.executor_cache import FusionExecutorCache
+
+        if self._executor is None:
+            self._executor = FusionExecutorCache(self.fusion)
+        return self._executor
+
+    def execute(
+        self,
+        inputs: Sequence[Any],
+        *,
+        device=None,
+        save_repro_inputs: bool = False,
+        _enable_options: Sequence[str] = (),
+        _disable_options: Sequence[str] = (),
+        profile: bool = False,
+    ) -> list:
+        """Run the fusion; returns a list of outputs in add_output order (alias-only outputs excluded)."""
+        del save_repro_inputs, profile  # accepted for API compatibility; nothing to save or profile yet
+        return self._get_executor().execute(
+            inputs, device=device, enable_options=_enable_options, disable_options=_disable_options
+        )
+
+    def manual_execute(self, inputs: Sequence[Any]) -> list:
+        """Evaluate the fusion op by op with ATen (the reference executor), bypassing segmentation and caches."""
+        from ..runtime.evaluator import run_reference
+
+        return run_reference(self.fusion, inputs)
+
+    def validate(self, inputs: Sequence[Any], reference_outputs: Optional[Sequence[Any]] = None, **tolerances) -> None:
+        """Execute and compare with ``reference_outputs`` (default: the ATen reference executor on copies of the
+        inputs). Raises AssertionError on a mismatch of values, shapes, dtypes or strides."""
+        import copy
+
+        from ..runtime.evaluator import run_reference
+
+        if reference_outputs is None:
+            reference_outputs = run_reference(self.fusion, copy.deepcopy(list(inputs)))
+        outputs = self.execute(inputs)
+        if len(outputs) != len(reference_outputs):
+            raise AssertionError(f"validate: {len(outputs)} outputs but {len(reference_outputs)} references")
+        for i, (out, ref) in enumerate(zip(outputs, reference_outputs)):
+            if isinstance(ref, torch.Tensor):
+                if out.shape != ref.shape or out.dtype != ref.dtype:
+                    raise AssertionError(f"validate: output {i} is {out.dtype}{list(out.shape)}, expected {ref.dtype}{list(ref.shape)}")
+                if out.stride() != ref.stride() and out.numel() > 1:
+                    raise AssertionError(f"validate: output {i} has strides {out.stride()}, expected {ref.stride()}")
+                torch.testing.assert_close(out, ref.to(out.device), equal_nan=True, **tolerances)
+            elif out != ref:
+                raise AssertionError(f"validate: output {i} is {out!r}, expected {ref!r}")
+
+    # --- introspection ----------------------------------------------------------------------------------------
+    def last_runtime(self):
+        """The runtime (segments, boundary layouts) used by the most recent execute, or None."""
+        return None if self._executor is None else self._executor.last_runtime
+
+    def segments(self):
+        rt = self.last_runtime()
+        return [] if rt is None else rt.segments
+
+
+def _coerce_scalar(value, dtype: DataType):
+    if dtype is DataType.Bool:
+        return bool(value)
+    if dtype in (DataType.Int, DataType.Int32, DataType.Index, DataType.UInt64):
+        if isinstance(value, float) and not value.is_integer():
+            raise FusionDtypeError(f"define_scalar: {value!r} is not an integer but dtype is {dtype!r}")
+        return int(value)
+    if dtype in (DataType.ComplexFloat, DataType.ComplexDouble):
+        return complex(value)
+    return float(value)

@@ -1,0 +1,6 @@
+"""The op registry and every op's definition. Importing this package registers all ops."""
+
+from . import registry  # noqa: F401
+from . import elementwise  # noqa: F401
+from . import shape  # noqa: F401
+from .registry import OpDef, OpKind, OpResult, all_ops, get, register  # noqa: F401

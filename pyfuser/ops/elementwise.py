@@ -1,0 +1,432 @@
+"""Elementwise ops: unary, binary, ternary and cast.
+
+Dtype rules (frontend.md "Result dtypes"): arithmetic results promote like PyTorch and then widen Half, BF16,
+FP8 and FP4 to Float; float unaries also turn integers into Float; relu/ceil/floor/round/trunc/frac/silu keep
+the input dtype; comparisons and is* ops give Bool. Reduced-precision inputs are always computed in Float.
+
+Each op's evaluator upcasts its operands to the compute dtype recorded by the builder (``node.info["cast"]``),
+runs the torch function and casts to the output dtype, which is exactly "run the op with ATen in Float".
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..ir.dtypes import (
+    DataType,
+    REDUCED_FLOAT,
+    compute_dtype,
+    is_boolean,
+    is_complex,
+    is_floating,
+    is_integral,
+    promote,
+    to_torch_dtype,
+)
+from ..ir.nodes import Scalar, TensorView
+from .common import (
+    FusionDtypeError,
+    broadcast_domain,
+    check_operand,
+    fail,
+    fusion_of,
+    is_number,
+    new_scalar,
+    new_tensor,
+    operand_dtype,
+)
+from .registry import OpKind, OpResult, register
+
+
+# --------------------------------------------------------------------------------------------------------------
+# shared machinery
+
+
+def _output(op: str, operands: list, dtype: DataType):
+    """A tensor output broadcast over the tensor operands, or a Scalar when every operand is a scalar."""
+    fusion = fusion_of(op, *operands)
+    tensors = [x for x in operands if isinstance(x, TensorView)]
+    if tensors:
+        return new_tensor(fusion, broadcast_domain(op, tensors), dtype)
+    return new_scalar(fusion, dtype)
+
+
+def _promoted(operands: list) -> DataType:
+    return promote(*[(operand_dtype(x), isinstance(x, TensorView)) for x in operands])
+
+
+def _floatify(dt: DataType) -> DataType:
+    """Integers and bools become Float, reduced floats become Float."""
+    if is_integral(dt) or is_boolean(dt):
+        return DataType.Float
+    return compute_dtype(dt)
+
+
+def _tdt(dt):
+    return None if dt is None else to_torch_dtype(dt)
+
+
+def _elementwise_eval(fn):
+    """Evaluator: cast operands as the builder recorded, apply ``fn``, cast to the output dtype."""
+
+    def evaluate(node, *args):
+        casts = node.info["cast"]
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
+        conv = []
+        for a, c in zip(args, casts):
+            if isinstance(a, torch.Tensor):
+                conv.append(a if c is None or a.dtype == c else a.to(c))
+            else:
+                conv.append(torch.tensor(a, dtype=c, device=device))
+        out = node.outputs[0]
+        result = fn(*conv)
+        result = result.to(to_torch_dtype(out.dtype))
+        if isinstance(out, Scalar):
+            return result.item()
+        return result
+
+    return evaluate
+
+
+def _check_category(op: str, x, allowed: str):
+    dt = operand_dtype(x)
+    ok = {
+        "float": is_floating(dt) or is_complex(dt),
+        "real_float": is_floating(dt),
+        "int": is_integral(dt) or is_boolean(dt),
+        "int_only": is_integral(dt),
+        "complex": is_complex(dt),
+        "not_complex": not is_complex(dt),
+        "any": True,
+    }[allowed]
+    if not ok:
+        fail(op, f"does not support operands of {dt!r}", FusionDtypeError)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# unary
+
+_FLOAT_UNARY = {
+    "acos": torch.acos,
+    "acosh": torch.acosh,
+    "asin": torch.asin,
+    "asinh": torch.asinh,
+    "atan": torch.atan,
+    "atanh": torch.atanh,
+    "cos": torch.cos,
+    "cosh": torch.cosh,
+    "exp": torch.exp,
+    "exp2": torch.exp2,
+    "expm1": torch.expm1,
+    "erf": torch.erf,
+    "erfc": torch.erfc,
+    "erfinv": torch.erfinv,
+    "erfcinv": lambda x: torch.erfinv(1 - x),
+    "lgamma": torch.lgamma,
+    "log": torch.log,
+    "log10": torch.log10,
+    "log1p": torch.log1p,
+    "log2": torch.log2,
+    "reciprocal": torch.reciprocal,
+    "rsqrt": torch.rsqrt,
+    "sigmoid": torch.sigmoid,
+    "sin": torch.sin,
+    "sinh": torch.sinh,
+    "sqrt": torch.sqrt,
+    "tan": torch.tan,
+    "tanh": torch.tanh,
+}
+_ARITH_UNARY = {"neg": torch.neg, "abs": torch.abs, "sign": torch.sign}
+# (torch fn, category the input must be in)
+_KEEP_UNARY = {
+    "relu": (torch.relu, "not_complex"),
+    "ceil": (torch.ceil, "not_complex"),
+    "floor": (torch.floor, "not_complex"),
+    "round": (torch.round, "not_complex"),
+    "trunc": (torch.trunc, "not_complex"),
+    "frac": (torch.frac, "real_float"),
+    "silu": (torch.nn.functional.silu, "real_float"),
+    "bitwise_not": (torch.bitwise_not, "int"),
+    # nvFuser's set/segment_set are copies (segment_set also marks a segment boundary).
+    "set": (torch.clone, "any"),
+    "segment_set": (torch.clone, "any"),
+    "rand_like": (torch.rand_like, "real_float"),
+    "randn_like": (torch.randn_like, "real_float"),
+}
+_BOOL_UNARY = {
+    "isfinite": torch.isfinite,
+    "isinf": torch.isinf,
+    "isnan": torch.isnan,
+    "isneginf": torch.isneginf,
+    "isposinf": torch.isposinf,
+    "isreal": torch.isreal,
+    "signbit": torch.signbit,
+    "logical_not": torch.logical_not,
+}
+
+
+def _register_unary(name: str, fn, out_rule, category: str = "any"):
+    def build(arg):
+        check_operand(name, arg, "arg")
+        _check_category(name, arg, category)
+        dt = operand_dtype(arg)
+        out_dt, cast = out_rule(dt)
+        return OpResult([_output(name, [arg], out_dt)], (arg,), info={"cast": [_tdt(cast)]})
+
+    build.__doc__ = f"fd.ops.{name}(arg): elementwise {name}."
+    return register(name, OpKind.POINTWISE, _elementwise_eval(fn))(build)
+
+
+for _name, _fn in _FLOAT_UNARY.items():
+    _register_unary(_name, _fn, lambda dt: (_floatify(dt), _floatify(dt)), "not_complex" if _name in ("erfinv", "erfcinv", "lgamma") else "any")
+
+
+def _arith_unary_rule(name):
+    def rule(dt):
+        if name == "abs" and is_complex(dt):
+            real = DataType.Float if dt is DataType.ComplexFloat else DataType.Double
+            return real, dt
+        if is_boolean(dt) and name == "neg":
+            fail(name, "does not support Bool operands; use logical_not", FusionDtypeError)
+        c = compute_dtype(dt)
+        return c, c
+
+    return rule
+
+
+for _name, _fn in _ARITH_UNARY.items():
+    _register_unary(_name, _fn, _arith_unary_rule(_name))
+
+for _name, (_fn, _cat) in _KEEP_UNARY.items():
+    _register_unary(_name, _fn, lambda dt: (dt, compute_dtype(dt) if dt in REDUCED_FLOAT else dt), _cat)
+
+for _name, _fn in _BOOL_UNARY.items():
+    _register_unary(_name, _fn, lambda dt: (DataType.Bool, compute_dtype(dt)))
+
+
+def _real_imag_rule(dt):
+    if is_complex(dt):
+        return (DataType.Float if dt is DataType.ComplexFloat else DataType.Double), dt
+    return dt, dt
+
+
+_register_unary("real", torch.real, _real_imag_rule)
+_register_unary("imag", torch.imag, _real_imag_rule, "complex")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# binary
+
+
+def _logical_right_shift(x, n):
+    # Shift as if x were unsigned: an arithmetic shift followed by masking off the sign-extended bits.
+    bits = x.element_size() * 8
+    shifted = torch.bitwise_right_shift(x, n)
+    n_b = torch.broadcast_to(n, shifted.shape) if isinstance(n, torch.Tensor) else n
+    mask = torch.bitwise_left_shift(torch.ones_like(shifted), bits - n_b) - 1
+    return torch.where(n_b == 0, shifted, torch.bitwise_and(shifted, mask))
+
+
+def _int_div(a, b):
+    return torch.div(a, b, rounding_mode="trunc")
+
+
+# name -> (torch fn, rule, operand category)
+#   rule "arith": promote, widen reduced floats;  "float": as arith, and integers become Float;
+#   "cmp": Bool result computed in the promoted type; "logical": Bool result computed in Bool;
+#   "bitwise": promoted integer type.
+_BINARY = {
+    "add": (torch.add, "arith", "any"),
+    "sub": (torch.sub, "arith", "any"),
+    "mul": (torch.mul, "arith", "any"),
+    "div": (torch.div, "div", "any"),
+    "truediv": (torch.true_divide, "float", "any"),
+    "atan2": (torch.atan2, "float", "not_complex"),
+    "fmod": (torch.fmod, "arith", "not_complex"),
+    "mod": (torch.fmod, "arith", "not_complex"),
+    "remainder": (torch.remainder, "arith", "not_complex"),
+    "pow": (torch.pow, "arith", "any"),
+    "nextafter": (torch.nextafter, "arith", "real_float"),
+    "minimum": (torch.minimum, "arith", "not_complex"),
+    "maximum": (torch.maximum, "arith", "not_complex"),
+    "eq": (torch.eq, "cmp", "any"),
+    "ne": (torch.ne, "cmp", "any"),
+    "ge": (torch.ge, "cmp", "not_complex"),
+    "gt": (torch.gt, "cmp", "not_complex"),
+    "le": (torch.le, "cmp", "not_complex"),
+    "lt": (torch.lt, "cmp", "not_complex"),
+    "logical_and": (torch.logical_and, "logical", "any"),
+    "logical_or": (torch.logical_or, "logical", "any"),
+    "bitwise_and": (torch.bitwise_and, "bitwise", "int"),
+    "bitwise_or": (torch.bitwise_or, "bitwise", "int"),
+    "bitwise_xor": (torch.bitwise_xor, "bitwise", "int"),
+    "bitwise_left_shift": (torch.bitwise_left_shift, "bitwise", "int_only"),
+    "bitwise_right_shift": (torch.bitwise_right_shift, "bitwise", "int_only"),
+    "logical_right_shift": (_logical_right_shift, "bitwise", "int_only"),
+    "gcd": (torch.gcd, "bitwise", "int_only"),
+}
+
+
+def _binary_types(name: str, rule: str, operands: list):
+    p = _promoted(operands)
+    if rule == "div":
+        # nvFuser's div keeps integer division for integer operands (truncating, like C); truediv does not.
+        if is_integral(p) or is_boolean(p):
+            p = DataType.Int if is_boolean(p) else p
+            return p, [p] * len(operands), _int_div
+        rule = "arith"
+    if rule == "arith":
+        c = compute_dtype(p)
+        if is_boolean(c) and name in ("sub", "pow", "fmod", "mod", "remainder"):
+            fail(name, "does not support Bool operands", FusionDtypeError)
+        return c, [c] * len(operands), None
+    if rule == "float":
+        c = _floatify(p)
+        return c, [c] * len(operands), None
+    if rule == "cmp":
+        c = compute_dtype(p)
+        return DataType.Bool, [c] * len(operands), None
+    if rule == "logical":
+        return DataType.Bool, [DataType.Bool] * len(operands), None
+    if rule == "bitwise":
+        return p, [p] * len(operands), None
+    raise AssertionError(rule)
+
+
+def _register_binary(name: str, fn, rule: str, category: str):
+    int_div = _int_div if rule == "div" else None
+
+    def evaluate(node, a, b):
+        f = int_div if node.info.get("int_div") else fn
+        return _elementwise_eval(f)(node, a, b)
+
+    def build(lhs, rhs):
+        check_operand(name, lhs, "lhs")
+        check_operand(name, rhs, "rhs")
+        _check_category(name, lhs, category)
+        _check_category(name, rhs, category)
+        out_dt, casts, special = _binary_types(name, rule, [lhs, rhs])
+        info = {"cast": [_tdt(c) for c in casts]}
+        if special is not None:
+            info["int_div"] = True
+        return OpResult([_output(name, [lhs, rhs], out_dt)], (lhs, rhs), info=info)
+
+    build.__doc__ = f"fd.ops.{name}(lhs, rhs): elementwise {name} of tensors and/or scalars."
+    return register(name, OpKind.POINTWISE, evaluate)(build)
+
+
+for _name, (_fn, _rule, _cat) in _BINARY.items():
+    _register_binary(_name, _fn, _rule, _cat)
+
+
+def _complex_build(real, imag):
+    for x, n in ((real, "real"), (imag, "imag")):
+        check_operand("complex", x, n)
+        _check_category("complex", x, "real_float")
+    p = compute_dtype(_promoted([real, imag]))
+    out = DataType.ComplexDouble if p is DataType.Double else DataType.ComplexFloat
+    info = {"cast": [_tdt(p), _tdt(p)]}
+    return OpResult([_output("complex", [real, imag], out)], (real, imag), info=info)
+
+
+register("complex", OpKind.POINTWISE, _elementwise_eval(torch.complex))(_complex_build)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# ternary
+
+
+def _where_build(pred, lhs, rhs):
+    for x, n in ((pred, "pred"), (lhs, "lhs"), (rhs, "rhs")):
+        check_operand("where", x, n)
+    if operand_dtype(pred) is not DataType.Bool:
+        fail("where", f"argument 'pred' must be Bool, got {operand_dtype(pred)!r}", FusionDtypeError)
+    # where selects values: it keeps the promoted type without widening bf16 to Float (as torch.where does).
+    p = _promoted([lhs, rhs])
+    info = {"cast": [torch.bool, _tdt(p), _tdt(p)]}
+    return OpResult([_output("where", [pred, lhs, rhs], p)], (pred, lhs, rhs), info=info)
+
+
+register("where", OpKind.POINTWISE, _elementwise_eval(torch.where))(_where_build)
+
+
+def _lerp_build(start, end, weight):
+    for x, n in ((start, "start"), (end, "end"), (weight, "weight")):
+        check_operand("lerp", x, n)
+        _check_category("lerp", x, "float")
+    c = _floatify(_promoted([start, end, weight]))
+    info = {"cast": [_tdt(c)] * 3}
+    return OpResult([_output("lerp", [start, end, weight], c)], (start, end, weight), info=info)
+
+
+register("lerp", OpKind.POINTWISE, _elementwise_eval(torch.lerp))(_lerp_build)
+
+
+def _clamp_build(arg, min_val, max_val):
+    for x, n in ((arg, "arg"), (min_val, "min_val"), (max_val, "max_val")):
+        check_operand("clamp", x, n)
+        _check_category("clamp", x, "not_complex")
+    dt = operand_dtype(arg)
+    c = compute_dtype(_promoted([arg, min_val, max_val]))
+    info = {"cast": [_tdt(c)] * 3}
+    return OpResult([_output("clamp", [arg, min_val, max_val], dt)], (arg, min_val, max_val), info=info)
+
+
+register("clamp", OpKind.POINTWISE, _elementwise_eval(lambda x, lo, hi: torch.minimum(torch.maximum(x, lo), hi)))(
+    _clamp_build
+)
+
+
+def _threshold_build(arg, threshold, value):
+    for x, n in ((arg, "arg"), (threshold, "threshold"), (value, "value")):
+        check_operand("threshold", x, n)
+        _check_category("threshold", x, "not_complex")
+    dt = operand_dtype(arg)
+    c = compute_dtype(_promoted([arg, threshold, value]))
+    info = {"cast": [_tdt(c)] * 3}
+    return OpResult([_output("threshold", [arg, threshold, value], dt)], (arg, threshold, value), info=info)
+
+
+register("threshold", OpKind.POINTWISE, _elementwise_eval(lambda x, th, v: torch.where(x > th, x, v)))(_threshold_build)
+
+
+def _addcmul_build(arg, tensor1, tensor2, value=1.0):
+    for x, n in ((arg, "arg"), (tensor1, "tensor1"), (tensor2, "tensor2"), (value, "value")):
+        check_operand("addcmul", x, n)
+    c = compute_dtype(_promoted([arg, tensor1, tensor2, value]))
+    info = {"cast": [_tdt(c)] * 4}
+    out = _output("addcmul", [arg, tensor1, tensor2, value], c)
+    return OpResult([out], (arg, tensor1, tensor2, value), info=info)
+
+
+register("addcmul", OpKind.POINTWISE, _elementwise_eval(lambda a, b, c, v: a + v * b * c))(_addcmul_build)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# cast
+
+
+def _cast_eval(node, arg, dtype=None):
+    out = node.outputs[0]
+    tdt = to_torch_dtype(out.dtype)
+    if isinstance(arg, torch.Tensor):
+        return arg.to(tdt, copy=True)
+    return torch.tensor(arg).to(tdt).item()
+
+
+def _cast_build(arg, dtype: DataType):
+    check_operand("cast", arg, "arg")
+    if not isinstance(dtype, DataType) or dtype is DataType.Null:
+        fail("cast", f"argument 'dtype' must be a DataType other than Null, got {dtype!r}", FusionDtypeError)
+    if dtype in (DataType.Float4_e2m1fn, DataType.Float4_e2m1fn_x2):
+        from ..errors import UnsupportedOpError
+
+        raise UnsupportedOpError("fd.ops.cast to Float4_e2m1fn is not supported yet (NVFP4 issue)")
+    return OpResult([_output("cast", [arg], dtype)], (arg,), {"dtype": dtype})
+
+
+register("cast", OpKind.POINTWISE, _cast_eval)(_cast_build)
+
+del math

@@ -1,0 +1,85 @@
+"""FusionExecutorCache: input signature -> runtime (caching.md, level 1).
+
+On every call the arguments are encoded into a signature: for tensors their sizes, strides, dtype, device and
+data-pointer alignment class; for scalars their type, plus the value for integer and bool scalars (they can
+set extents). A hit goes straight to the runtime: no validation, no segmentation, no meta inference. A miss
+validates the inputs, then builds a runtime (segmentation, meta inference of boundary layouts).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Optional, Sequence
+
+import torch
+
+from ..ir.fusion import Fusion
+from ..segment.segmenter import SegmentedFusion, segment_fusion
+from .fusion_runtime import FusionRuntime
+from .options import Options, parse_options
+from .validation import InputBinder, flatten_inputs
+
+MAX_VECTOR_BYTES = 16  # 128-bit vector loads: the largest alignment that matters
+
+
+def alignment_class(ptr: int) -> int:
+    """Largest power of two (bytes, capped at 16) that divides the address."""
+    if ptr == 0:
+        return MAX_VECTOR_BYTES
+    return min(ptr & -ptr, MAX_VECTOR_BYTES)
+
+
+def input_signature(flat: Sequence[Any]) -> tuple:
+    sig = []
+    for x in flat:
+        if isinstance(x, torch.Tensor):
+            sig.append((x.shape, x.stride(), x.dtype, x.device, alignment_class(x.data_ptr())))
+        elif isinstance(x, (bool, int)):
+            sig.append((type(x), x))
+        else:
+            sig.append(type(x))
+    return tuple(sig)
+
+
+class FusionExecutorCache:
+    MAX_SIGNATURES = 100
+
+    def __init__(self, fusion: Fusion):
+        self.fusion = fusion
+        self._binder = InputBinder(fusion)
+        self._segmented: Optional[SegmentedFusion] = None
+        self._runtimes: "OrderedDict[tuple, FusionRuntime]" = OrderedDict()
+        self._lock = threading.Lock()
+        self.last_runtime: Optional[FusionRuntime] = None
+        self.stats = {"hits": 0, "misses": 0}
+
+    def execute(self, inputs: Sequence[Any], *, device=None, enable_options=(), disable_options=()) -> list:
+        options = parse_options(enable_options, disable_options)
+        flat = flatten_inputs(inputs)
+        key = (options, device, input_signature(flat))
+        runtime = self._runtimes.get(key)
+        if runtime is None:
+            runtime = self._build(key, flat, device, options)
+        else:
+            self.stats["hits"] += 1
+        self.last_runtime = runtime
+        return runtime.run(flat)
+
+    def _build(self, key, flat, device, options: Options) -> FusionRuntime:
+        with self._lock:
+            runtime = self._runtimes.get(key)
+            if runtime is not None:
+                return runtime
+            self._binder.validate(flat, device)  # raises before anything is cached
+            if self._segmented is None:
+                self._segmented = segment_fusion(self.fusion)
+            runtime = FusionRuntime(self._segmented, flat, options)
+            self._runtimes[key] = runtime
+            if len(self._runtimes) > self.MAX_SIGNATURES:
+                self._runtimes.popitem(last=False)
+            self.stats["misses"] += 1
+            return runtime
+
+    def num_runtimes(self) -> int:
+        return len(self._runtimes)

@@ -1,0 +1,58 @@
+"""A FusionRuntime: one segmentation of a fusion plus the boundary layouts inferred for one input signature."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from ..errors import FusionExecutionError
+from ..ir.nodes import TensorView
+from ..segment.segmenter import Segment, SegmentedFusion
+from .evaluator import Env, bind_inputs, collect_outputs, run_exprs
+from .layouts import TensorLayout
+from .meta_inference import infer_layouts
+from .options import Options
+
+
+class FusionRuntime:
+    def __init__(self, segmented: SegmentedFusion, flat_inputs: Sequence[Any], options: Options):
+        self.segmented = segmented
+        self.options = options
+        self.layouts: dict[int, TensorLayout] = infer_layouts(segmented, flat_inputs, options)
+
+    @property
+    def segments(self) -> list[Segment]:
+        return self.segmented.segments
+
+    def layout(self, tv: TensorView) -> TensorLayout:
+        """The inferred layout of a segment-boundary tensor."""
+        return self.layouts[id(tv)]
+
+    def boundary_layouts(self) -> dict[str, TensorLayout]:
+        """Name -> layout of every tensor that crosses a segment boundary (or is returned by a segment)."""
+        return {o.name: self.layouts[id(o)] for s in self.segments for o in s.outputs if id(o) in self.layouts}
+
+    def run(self, flat_inputs: Sequence[Any]) -> list:
+        fusion = self.segmented.fusion
+        env = bind_inputs(fusion, flat_inputs)
+        with torch.no_grad():
+            for seg in self.segmented.segments:
+                run_exprs(seg.exprs, env)
+                if self.options.check_layouts:
+                    self._check_layouts(seg, env)
+            return collect_outputs(fusion, env)
+
+    def _check_layouts(self, seg: Segment, env: Env) -> None:
+        for out in seg.outputs:
+            if not isinstance(out, TensorView):
+                continue
+            t, expected = env.value(out), self.layouts[id(out)]
+            if tuple(t.shape) != expected.sizes or tuple(t.stride()) != expected.strides:
+                raise FusionExecutionError(
+                    f"segment {seg.index} ({seg.kind.value}) produced {out.name} with sizes {list(t.shape)} and strides "
+                    f"{list(t.stride())}, but its layout was inferred as {expected}"
+                )
+
+    def __repr__(self) -> str:
+        return repr(self.segmented)

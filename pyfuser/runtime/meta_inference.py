@@ -1,0 +1,52 @@
+"""Meta-device inference of every segment-boundary layout (meta_inference.md, ``inferOutputMetaTensor``).
+
+Segments run in order on meta tensors built with ``empty_strided`` from the real inputs' sizes and strides; each
+op's evaluator runs unchanged, except where the registry holds a meta override because ATen's meta result
+differs from the GPU's. The sizes and strides of each segment output give its layout (contiguity and allocation
+order) through :func:`layout_from_strides`. With ``infer_contiguity`` disabled, ExprEval segment outputs fall
+back to the old assumption (contiguous in the TV's allocation order), which later segments then also see.
+
+This runs only on an input-signature miss; the results are cached with the runtime.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from ..ir.nodes import TensorView
+from ..segment.segmenter import SchedulerKind, SegmentedFusion
+from .evaluator import Env, bind_inputs, run_exprs
+from .layouts import TensorLayout, contiguous_strides, layout_from_strides
+from .options import Options
+
+# Incremented once per segment evaluated on meta tensors; tests use it to prove cache hits do no meta work.
+STATS = {"segments_inferred": 0}
+
+
+def to_meta(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device="meta")
+    return x
+
+
+def infer_layouts(segmented: SegmentedFusion, flat_inputs: Sequence[Any], options: Options) -> dict[int, TensorLayout]:
+    """id(TensorView) -> inferred layout, for every tensor a segment hands to a later segment or returns."""
+    fusion = segmented.fusion
+    env: Env = bind_inputs(fusion, [to_meta(x) for x in flat_inputs])
+    layouts: dict[int, TensorLayout] = {}
+    with torch.no_grad():
+        for seg in segmented.segments:
+            run_exprs(seg.exprs, env)
+            STATS["segments_inferred"] += 1
+            for out in seg.outputs:
+                if not isinstance(out, TensorView):
+                    continue
+                t = env.value(out)
+                if seg.kind is SchedulerKind.EXPR_EVAL and not options.infer_contiguity:
+                    strides = contiguous_strides(out, t.shape)
+                    t = torch.empty_strided(tuple(t.shape), strides, dtype=t.dtype, device="meta")
+                    env[id(out)] = t
+                layouts[id(out)] = layout_from_strides(out, t.shape, t.stride())
+    return layouts

@@ -1,0 +1,141 @@
+"""Binding execute() arguments to fusion inputs, with errors that name the input position.
+
+Checked: number of inputs, Python type, dtype, rank, device, static extents, broadcast dims and strides against
+the declared contiguity and stride order. Executors validate once per input signature; a signature hit skips it.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, Optional, Sequence
+
+import torch
+
+from ..errors import InputDeviceError, InputTypeError, InputValidationError
+from ..ir.dtypes import DataType, INTEGRAL, COMPLEX, to_torch_dtype
+from ..ir.fusion import Fusion
+from ..ir.nodes import Scalar, TensorView
+
+
+def flatten_inputs(inputs: Sequence[Any]) -> list:
+    """Lists and tuples inside ``inputs`` are flattened (how define_vector(n) receives its values)."""
+    if isinstance(inputs, torch.Tensor) or not isinstance(inputs, (list, tuple)):
+        raise InputTypeError(f"execute() takes a list of inputs, got {type(inputs).__name__}")
+    flat: list = []
+    for x in inputs:
+        if isinstance(x, (list, tuple)):
+            flat.extend(x)
+        else:
+            flat.append(x)
+    return flat
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"a {x.dtype} tensor of shape {list(x.shape)} on {x.device}"
+    return f"{type(x).__name__} {x!r}"
+
+
+class InputBinder:
+    def __init__(self, fusion: Fusion):
+        self.fusion = fusion
+
+    def bind(self, inputs: Sequence[Any], device: Optional[torch.device] = None) -> list:
+        flat = flatten_inputs(inputs)
+        self.validate(flat, device)
+        return flat
+
+    def validate(self, flat: Sequence[Any], device=None) -> None:
+        expected = self.fusion.inputs
+        if len(flat) != len(expected):
+            raise InputValidationError(
+                f"execute() expected {len(expected)} inputs ({', '.join(v.name for v in expected)}), got {len(flat)}"
+            )
+        common_device = None if device is None else torch.device(device)
+        for pos, (v, x) in enumerate(zip(expected, flat)):
+            if isinstance(v, TensorView):
+                self._check_tensor(pos, v, x)
+                if not v.is_cpu:
+                    dev = x.device
+                    if common_device is None:
+                        common_device = dev
+                    elif not _same_device(dev, common_device):
+                        raise InputDeviceError(
+                            f"input {pos} ({v.name}) is on {dev}, but the fusion runs on {common_device}"
+                        )
+            else:
+                self._check_scalar(pos, v, x)
+
+    def _check_scalar(self, pos: int, v: Scalar, x: Any) -> None:
+        dt = v.dtype
+        if isinstance(x, torch.Tensor):
+            raise InputTypeError(f"input {pos} ({v.name}) must be a {dt!r} scalar, got {_describe(x)}")
+        ok = isinstance(x, numbers.Number)
+        if dt is DataType.Bool:
+            ok = isinstance(x, bool)
+        elif dt in INTEGRAL:
+            ok = isinstance(x, numbers.Integral) and not isinstance(x, bool)
+        elif dt in COMPLEX:
+            ok = isinstance(x, numbers.Complex) and not isinstance(x, bool)
+        else:
+            ok = isinstance(x, numbers.Real) and not isinstance(x, bool)
+        if not ok:
+            raise InputTypeError(f"input {pos} ({v.name}) must be a {dt!r} scalar, got {_describe(x)}")
+
+    def _check_tensor(self, pos: int, tv: TensorView, x: Any) -> None:
+        name = f"input {pos} ({tv.name})"
+        if not isinstance(x, torch.Tensor):
+            raise InputTypeError(f"{name} must be a tensor, got {_describe(x)}")
+        expected_dtype = to_torch_dtype(tv.dtype)
+        if x.dtype != expected_dtype:
+            raise InputTypeError(f"{name} must have dtype {expected_dtype} ({tv.dtype!r}), got {x.dtype}")
+        if x.dim() != tv.ndim:
+            raise InputValidationError(f"{name} must have rank {tv.ndim}, got rank {x.dim()} (shape {list(x.shape)})")
+        if tv.is_cpu and x.device.type != "cpu":
+            raise InputDeviceError(f"{name} was defined with is_cpu=True and must be a CPU tensor, got one on {x.device}")
+        sizes, strides = x.shape, x.stride()
+        for d, dom in enumerate(tv.logical):
+            n = sizes[d]
+            if dom.is_broadcast and not dom.expanded:
+                if n != 1:
+                    raise InputValidationError(f"{name} dim {d} is a broadcast dim and must have size 1, got {n}")
+            elif dom.extent is not None and n != dom.extent:
+                raise InputValidationError(f"{name} dim {d} must have static extent {dom.extent}, got {n}")
+            if dom.expanded and n != 1 and strides[d] != 0:
+                raise InputValidationError(
+                    f"{name} dim {d} is an expanded broadcast and must have stride 0, got stride {strides[d]}"
+                )
+        if x.numel() > 0:
+            self._check_strides(name, tv, sizes, strides)
+
+    @staticmethod
+    def _check_strides(name: str, tv: TensorView, sizes, strides) -> None:
+        order = tv.alloc_order or tuple(range(len(tv.domain)))
+        expected = 1
+        inner_dim = None  # the next inner non-broadcast dim of size > 1, for the stride-order check
+        for pos in range(len(order) - 1, -1, -1):
+            d = order[pos]
+            dom = tv.domain[d]
+            if dom.is_broadcast or dom.is_reduction:
+                continue
+            n, st = sizes[d], strides[d]
+            if n <= 1:
+                continue
+            if tv.contiguity[pos] and st != expected:
+                raise InputValidationError(
+                    f"{name} has strides {list(strides)} for sizes {list(sizes)}, which contradict the declared "
+                    f"contiguity {list(tv.contiguity)} (stride_order {tv.stride_order()}): dim {d} must have stride {expected}"
+                )
+            if inner_dim is not None and st < strides[inner_dim]:
+                raise InputValidationError(
+                    f"{name} has strides {list(strides)}, which contradict the declared stride_order "
+                    f"{tv.stride_order()}: dim {d} is outer to dim {inner_dim} but has a smaller stride"
+                )
+            expected = st * n
+            inner_dim = d
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    if a.type != b.type:
+        return False
+    return a.index == b.index or a.index is None or b.index is None

@@ -1,0 +1,170 @@
+"""Splitting a fusion into segments.
+
+Two kinds of work exist: kernel work (pointwise, reduction, normalization; generated Triton kernels, or the
+ATen fallback until a kernel exists) and ExprEval work (ATen-only ops such as matmul, linear, SDPA, embedding,
+topk; and zero-copy view chains). The segmenter
+1. marks view ops that must stay ATen views: a chain of views ending in a fusion output, or feeding an
+   ATen-only op, is evaluated by ATen so the result aliases its producer exactly as eager would;
+2. orders the expressions topologically, preferring to continue the current segment's kind, and cuts a new
+   segment whenever the kind changes (or after ``segment_set``). Every segment only reads values produced by
+   earlier segments, so the order is a valid schedule.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..ir.fusion import Fusion
+from ..ir.nodes import Expr, Scalar, TensorView, Val, Vector
+from ..ops.registry import OpKind
+
+
+class SchedulerKind(enum.Enum):
+    EXPR_EVAL = "ExprEval"
+    POINTWISE = "PointWise"
+    REDUCTION = "Reduction"
+    INNER_PERSISTENT = "InnerPersistent"
+
+    def __repr__(self) -> str:
+        return f"SchedulerKind.{self.name}"
+
+
+@dataclass
+class Segment:
+    index: int
+    kind: SchedulerKind
+    exprs: list[Expr]
+    inputs: list[Val] = field(default_factory=list)  # tensors and symbolic scalars produced outside
+    outputs: list[Val] = field(default_factory=list)  # values read by later segments or returned
+
+    def __repr__(self) -> str:
+        ops = ", ".join(e.op.name for e in self.exprs)
+        ins = ", ".join(v.name for v in self.inputs)
+        outs = ", ".join(v.name for v in self.outputs)
+        return f"Segment {self.index} [{self.kind.value}] ({ins}) -> ({outs}): {ops}"
+
+
+@dataclass
+class SegmentedFusion:
+    fusion: Fusion
+    segments: list[Segment]
+
+    def __repr__(self) -> str:
+        return "\n".join(map(repr, self.segments))
+
+
+_EXPR_EVAL = "expr_eval"
+_KERNEL = "kernel"
+
+
+def _is_scalar_expr(e: Expr) -> bool:
+    return all(isinstance(o, (Scalar, Vector)) for o in e.outputs)
+
+
+def classify(fusion: Fusion) -> dict[int, str]:
+    """id(expr) -> 'expr_eval' | 'kernel' (scalar-only exprs get the kind of whatever segment they land in)."""
+    exprs = fusion.exprs
+    uses = fusion.uses()
+    returned = {id(v) for v in fusion.all_outputs()}
+    kind: dict[int, str] = {}
+    for e in reversed(exprs):
+        if e.op.kind is OpKind.ATEN:
+            kind[id(e)] = _EXPR_EVAL
+        elif e.op.kind is OpKind.VIEW:
+            consumers = [c for o in e.outputs for c in uses.get(id(o), [])]
+            is_alias_output = any(id(o) in returned for o in e.outputs)
+            feeds_expr_eval = any(kind.get(id(c)) == _EXPR_EVAL for c in consumers)
+            kind[id(e)] = _EXPR_EVAL if (is_alias_output or feeds_expr_eval) else _KERNEL
+        elif _is_scalar_expr(e):
+            kind[id(e)] = None
+        else:
+            kind[id(e)] = _KERNEL
+    return kind
+
+
+def segment_fusion(fusion: Fusion) -> SegmentedFusion:
+    exprs = fusion.exprs
+    kind = classify(fusion)
+    producers: dict[int, Expr] = {id(o): e for e in exprs for o in e.outputs}
+    deps = {id(e): {id(producers[id(v)]) for v in e.inputs if id(v) in producers} for e in exprs}
+    position = {id(e): i for i, e in enumerate(exprs)}
+
+    done: set[int] = set()
+    groups: list[tuple[str, list[Expr]]] = []
+    current_kind: Optional[str] = None
+    current: list[Expr] = []
+    remaining = list(exprs)
+    while remaining:
+        ready = [e for e in remaining if deps[id(e)] <= done]
+        # Prefer scalar exprs (they fit anywhere), then the current kind; otherwise close the group.
+        pick = next((e for e in ready if kind[id(e)] is None), None)
+        if pick is None:
+            pick = next((e for e in ready if kind[id(e)] == current_kind), None)
+        if pick is None:
+            if current:
+                groups.append((current_kind, current))
+            pick = min(ready, key=lambda e: position[id(e)])
+            current_kind, current = kind[id(pick)], []
+        current.append(pick)
+        done.add(id(pick))
+        remaining.remove(pick)
+        if current_kind is None and kind[id(pick)] is not None:
+            current_kind = kind[id(pick)]
+        if pick.op.name == "segment_set":
+            groups.append((current_kind, current))
+            current_kind, current = None, []
+    if current:
+        groups.append((current_kind, current))
+
+    segments = [Segment(i, _scheduler_kind(k, g), g) for i, (k, g) in enumerate(groups)]
+    _wire(fusion, segments)
+    return SegmentedFusion(fusion, segments)
+
+
+def _scheduler_kind(kind: Optional[str], exprs: list[Expr]) -> SchedulerKind:
+    if kind == _EXPR_EVAL or kind is None:
+        return SchedulerKind.EXPR_EVAL
+    reductions = [e for e in exprs if e.op.kind is OpKind.REDUCTION]
+    if not reductions:
+        return SchedulerKind.POINTWISE
+    # A reduction whose result is consumed again inside the segment (softmax, layer norm) is a
+    # normalization: the reduced rows stay resident ("persistent") while they are reused.
+    inside = {id(v) for e in exprs for v in e.inputs}
+    if any(id(o) in inside for e in reductions for o in e.outputs):
+        return SchedulerKind.INNER_PERSISTENT
+    return SchedulerKind.REDUCTION
+
+
+def _wire(fusion: Fusion, segments: list[Segment]) -> None:
+    """Fill each segment's inputs (values from outside) and outputs (values needed outside)."""
+    produced_in: dict[int, int] = {}
+    for seg in segments:
+        for e in seg.exprs:
+            for o in e.outputs:
+                produced_in[id(o)] = seg.index
+                if isinstance(o, Vector):
+                    for el in o.elements:
+                        produced_in[id(el)] = seg.index
+    needed_outside: dict[int, set[int]] = {}
+    for seg in segments:
+        seen: set[int] = set()
+        for e in seg.exprs:
+            for v in e.inputs:
+                if isinstance(v, Vector) or (isinstance(v, Scalar) and v.is_constant):
+                    continue
+                src = produced_in.get(id(v))
+                if src != seg.index and id(v) not in seen:
+                    seen.add(id(v))
+                    seg.inputs.append(v)
+                    if src is not None:
+                        needed_outside.setdefault(src, set()).add(id(v))
+    returned = fusion.all_outputs() + [a for _, a in fusion.aliases]
+    for v in returned:
+        src = produced_in.get(id(v))
+        if src is not None:
+            needed_outside.setdefault(src, set()).add(id(v))
+    for seg in segments:
+        wanted = needed_outside.get(seg.index, set())
+        seg.outputs = [o for e in seg.exprs for o in e.outputs if id(o) in wanted and isinstance(o, (TensorView, Scalar))]

@@ -1,0 +1,155 @@
+"""Shared test harness: run a fusion every way pyfuser can and compare with an eager ATen reference.
+
+``check_fusion(define, inputs, reference)`` executes the definition
+1. through ``fd.execute`` with ``check_layouts`` on (every segment output is compared with its inferred layout),
+2. through the printed ``repr(fd)`` re-executed (round trip: equal values and strides),
+3. through an ``LRUCache`` executor,
+and compares values, shapes, dtypes and strides with ``reference(*inputs)``, an eager PyTorch function written
+op by op in the test (never pyfuser's own evaluator, so the check can fail).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Callable, Optional, Sequence
+
+import torch
+
+import pyfuser
+from pyfuser import DataType, FusionDefinition  # noqa: F401  (exec'd repr text needs these names)
+
+DEVICE = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def define(fn: Callable) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        fn(fd)
+    return fd
+
+
+def rebuild_from_repr(fd: FusionDefinition) -> FusionDefinition:
+    text = repr(fd)
+    scope = {"FusionDefinition": FusionDefinition, "DataType": DataType}
+    exec(text, scope)
+    with FusionDefinition() as fd2:
+        scope["nvfuser_fusion"](fd2)
+    if repr(fd2) != text:
+        raise AssertionError(f"repr does not round-trip:\n{text}\n---\n{repr(fd2)}")
+    return fd2
+
+
+def assert_same(out, ref, *, atol=None, rtol=None, check_strides=True, what="output"):
+    if isinstance(ref, torch.Tensor):
+        assert isinstance(out, torch.Tensor), f"{what}: expected a tensor, got {type(out).__name__}"
+        assert out.dtype == ref.dtype, f"{what}: dtype {out.dtype} != {ref.dtype}"
+        assert tuple(out.shape) == tuple(ref.shape), f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
+        if check_strides and out.numel() > 1:
+            assert_strides_equal(out, ref, what)
+        if ref.dtype in (getattr(torch, "float4_e2m1fn_x2", None),):
+            assert torch.equal(out.view(torch.uint8), ref.view(torch.uint8)), f"{what}: values differ"
+            return
+        if ref.is_floating_point() and ref.element_size() == 1:  # fp8: compare as float
+            out, ref = out.float(), ref.float()
+        torch.testing.assert_close(out, ref.to(out.device), atol=atol, rtol=rtol, equal_nan=True, msg=lambda m: f"{what}: {m}")
+    else:
+        assert out == ref or (out != out and ref != ref), f"{what}: {out!r} != {ref!r}"
+
+
+def assert_strides_equal(out: torch.Tensor, ref: torch.Tensor, what="output"):
+    # Strides of size-1 dims carry no information; torch itself is not consistent about them.
+    o = [s for s, n in zip(out.stride(), out.shape) if n != 1]
+    r = [s for s, n in zip(ref.stride(), ref.shape) if n != 1]
+    assert o == r, f"{what}: strides {out.stride()} != {ref.stride()} (shape {tuple(out.shape)})"
+
+
+def clone_inputs(inputs: Sequence) -> list:
+    """Deep copies that keep each tensor's strides and storage offset (deepcopy keeps views' layouts)."""
+    return copy.deepcopy(list(inputs))
+
+
+def check_fusion(
+    fn: Callable,
+    inputs: Sequence,
+    reference: Optional[Callable] = None,
+    *,
+    atol: Optional[float] = None,
+    rtol: Optional[float] = None,
+    check_strides: bool = True,
+    expected_segments: Optional[Sequence[str]] = None,
+) -> list:
+    """Run ``fn`` (a function of fd) on ``inputs`` all ways; compare with ``reference`` (eager torch).
+
+    Returns the outputs of the first execution."""
+    if (atol is None) != (rtol is None):
+        atol = atol if atol is not None else 1e-5
+        rtol = rtol if rtol is not None else 1.3e-6
+    fd = define(fn)
+    outs = fd.execute(clone_inputs(inputs), _enable_options=["check_layouts"])
+    assert isinstance(outs, list)
+    if reference is not None:
+        refs = reference(*clone_inputs(inputs))
+        if not isinstance(refs, (list, tuple)):
+            refs = [refs]
+        assert len(outs) == len(refs), f"{len(outs)} outputs, {len(refs)} references"
+        for i, (o, r) in enumerate(zip(outs, refs)):
+            assert_same(o, r, atol=atol, rtol=rtol, check_strides=check_strides, what=f"output {i}")
+    if expected_segments is not None:
+        kinds = [s.kind.value for s in fd.segments()]
+        assert kinds == list(expected_segments), f"segments {kinds} != {list(expected_segments)}"
+    deterministic = not _has_random_ops(fd)
+    # Round trip through the printed definition: equal values and equal strides.
+    fd2 = rebuild_from_repr(fd)
+    outs2 = fd2.execute(clone_inputs(inputs))
+    # And through an LRU cache, twice (the second call is a signature hit).
+    cache = pyfuser.LRUCache(max_fusions=4)
+    fec = cache.cache_compile(fd2.fusion)
+    fec.execute(clone_inputs(inputs))
+    outs3 = fec.execute(clone_inputs(inputs))
+    for i, (a, b, c) in enumerate(zip(outs, outs2, outs3)):
+        if deterministic:
+            assert_same(b, a, atol=0, rtol=0, check_strides=check_strides, what=f"repr round-trip output {i}")
+            assert_same(c, a, atol=0, rtol=0, check_strides=check_strides, what=f"LRU output {i}")
+    return outs
+
+
+def _has_random_ops(fd) -> bool:
+    return any(e.op.name in ("rand_like", "randn_like", "uniform", "normal") for e in fd.fusion.exprs)
+
+
+# --- non-contiguous input makers ---------------------------------------------------------------------------
+
+def transposed(shape, dtype=torch.float32, device=DEVICE):
+    """A tensor of ``shape`` whose two innermost dims are swapped in memory."""
+    *outer, a, b = shape
+    return make((*outer, b, a), dtype, device).transpose(-1, -2)
+
+
+def sliced(shape, dtype=torch.float32, device=DEVICE, pad=3):
+    """A tensor of ``shape`` that is a slice of a wider one (rows not contiguous)."""
+    *outer, last = shape
+    return make((*outer, last + pad), dtype, device)[..., :last]
+
+
+def expanded(shape, dim, dtype=torch.float32, device=DEVICE):
+    """A tensor of ``shape`` with stride 0 along ``dim``."""
+    base_shape = list(shape)
+    base_shape[dim] = 1
+    return make(base_shape, dtype, device).expand(*shape)
+
+
+def make(shape, dtype=torch.float32, device=DEVICE, low=None, high=None):
+    shape = tuple(shape)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, device=device).bool()
+    if not dtype.is_floating_point and not dtype.is_complex:
+        lo = -5 if low is None else low
+        hi = 6 if high is None else high
+        return torch.randint(lo, hi, shape, device=device, dtype=dtype)
+    if dtype.itemsize == 1:  # fp8
+        return (torch.randn(shape, device=device) * 2).to(dtype)
+    t = torch.randn(shape, device=device, dtype=dtype if dtype != torch.float64 else torch.float64)
+    if low is not None or high is not None:
+        lo = -1.0 if low is None else low
+        hi = 1.0 if high is None else high
+        t = torch.rand(shape, device=device, dtype=dtype) * (hi - lo) + lo
+    return t
