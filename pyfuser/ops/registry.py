@@ -55,6 +55,13 @@ class OpDef:
     builder: Callable
     evaluate: Callable
     meta: Optional[Callable] = None
+    # Triton lowering (pyfuser.codegen): ``lower(node, kb, *operands)`` emits the op into a kernel builder and
+    # returns its output value(s). None: the op has no generated-kernel form; a segment holding it runs on ATen.
+    lower: Optional[Callable] = None
+    # ``loop_map(node)`` -> pairs ((out, dim), (in, dim)) of dims that are the same loop dim. None: positional.
+    loop_map: Optional[Callable] = None
+    # For reductions: ``reduced_dims(node)`` -> the reduced dims of the (first) tensor input.
+    reduced_dims: Optional[Callable] = None
 
     def run(self, node: Expr, args: tuple, kwargs: dict):
         """Evaluate with ATen, picking the meta override when any tensor argument is on the meta device."""
@@ -78,8 +85,17 @@ def _any_meta(args, kwargs) -> bool:
     return False
 
 
-def register(name: str, kind: OpKind, evaluate: Callable, meta: Optional[Callable] = None, aliases: Sequence[str] = ()):
-    """Decorator: turn a builder returning OpResult into the user-facing op, and record the OpDef."""
+def register(
+    name: str,
+    kind: OpKind,
+    evaluate: Callable,
+    meta: Optional[Callable] = None,
+    aliases: Sequence[str] = (),
+    **codegen_fields,
+):
+    """Decorator: turn a builder returning OpResult into the user-facing op, and record the OpDef.
+
+    ``codegen_fields`` are the optional OpDef fields ``lower``, ``loop_map`` and ``reduced_dims``."""
 
     def deco(builder: Callable):
         @functools.wraps(builder)
@@ -95,7 +111,7 @@ def register(name: str, kind: OpKind, evaluate: Callable, meta: Optional[Callabl
             return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
         op.__name__ = name
-        opdef = OpDef(name, kind, op, evaluate, meta)
+        opdef = OpDef(name, kind, op, evaluate, meta, **codegen_fields)
         for n in (name, *aliases):
             if n in _OPS:
                 raise RuntimeError(f"op {n!r} registered twice")
