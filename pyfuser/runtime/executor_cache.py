@@ -74,7 +74,7 @@ class FusionExecutorCache:
             self._binder.validate(flat, device)  # raises before anything is cached
             if self._segmented is None:
                 self._segmented = segment_fusion(self.fusion)
-            runtime = FusionRuntime(self._segmented, flat, options)
+            runtime = FusionRuntime(self._segmented, flat, options, device)
             self._runtimes[key] = runtime
             if len(self._runtimes) > self.MAX_SIGNATURES:
                 self._runtimes.popitem(last=False)

@@ -8,18 +8,45 @@ import torch
 
 from ..errors import FusionExecutionError
 from ..ir.nodes import TensorView
-from ..segment.segmenter import Segment, SegmentedFusion
-from .evaluator import Env, bind_inputs, collect_outputs, run_exprs
+from ..segment.segmenter import SchedulerKind, Segment, SegmentedFusion
+from .evaluator import Env, bind_inputs, collect_outputs
+from .kernel_executor import AtenSegmentExecutor, build_segment_executor
 from .layouts import TensorLayout
 from .meta_inference import infer_layouts
 from .options import Options
 
 
+def run_device(flat_inputs: Sequence[Any], device=None) -> torch.device:
+    """The device a call runs on: the explicit one, else that of the first tensor input that is not a CPU scalar."""
+    if device is not None:
+        return torch.device(device)
+    for x in flat_inputs:
+        if isinstance(x, torch.Tensor) and not (x.device.type == "cpu" and x.dim() == 0):
+            return x.device
+    return torch.device("cpu")
+
+
 class FusionRuntime:
-    def __init__(self, segmented: SegmentedFusion, flat_inputs: Sequence[Any], options: Options):
+    def __init__(self, segmented: SegmentedFusion, flat_inputs: Sequence[Any], options: Options, device=None):
         self.segmented = segmented
         self.options = options
+        self.device = run_device(flat_inputs, device)
         self.layouts: dict[int, TensorLayout] = infer_layouts(segmented, flat_inputs, options)
+        self.executors = self._build_executors(flat_inputs)
+
+    def _build_executors(self, flat_inputs) -> list:
+        expr_eval_outputs: set[int] = set()
+        executors = []
+        for seg in self.segments:
+            if seg.kind is SchedulerKind.EXPR_EVAL:
+                executors.append(AtenSegmentExecutor(seg, "ExprEval segment"))
+                expr_eval_outputs.update(id(o) for o in seg.outputs)
+            else:
+                executors.append(
+                    build_segment_executor(seg, self.layouts, flat_inputs, self.segmented.fusion, self.device,
+                                           self.options, expr_eval_outputs)
+                )
+        return executors
 
     @property
     def segments(self) -> list[Segment]:
@@ -37,8 +64,8 @@ class FusionRuntime:
         fusion = self.segmented.fusion
         env = bind_inputs(fusion, flat_inputs)
         with torch.no_grad():
-            for seg in self.segmented.segments:
-                run_exprs(seg.exprs, env)
+            for seg, executor in zip(self.segmented.segments, self.executors):
+                executor.run(env)
                 if self.options.check_layouts:
                     self._check_layouts(seg, env)
             return collect_outputs(fusion, env)

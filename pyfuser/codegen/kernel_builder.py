@@ -1,0 +1,365 @@
+"""A tiny kernel IR and its Triton source emitter.
+
+Op lowerings add nodes through :class:`KernelBuilder` (loads, elementwise templates, reductions, stores); the
+emitter then writes one Triton kernel over a 2-D tile [BLOCK_R rows, BLOCK_C columns]:
+
+- *pointwise* (no reductions): each program computes one tile;
+- *persistent* (reductions, all columns fit one tile): each program owns BLOCK_R whole rows in registers;
+- *looped* (reductions, long rows): one pass over the columns per reduction depth (softmax: max, then sum,
+  then the output pass), recomputing cheap elementwise work from the inputs instead of keeping it resident.
+
+Every value is either *full* (varies along columns, a [BLOCK_R, BLOCK_C] tile) or *per row* ([BLOCK_R, 1]).
+A value's *level* is the number of reductions on its path; level-k full values are computed in pass k.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+TL_DTYPE = {
+    torch.float32: "tl.float32",
+    torch.float64: "tl.float64",
+    torch.float16: "tl.float16",
+    torch.bfloat16: "tl.bfloat16",
+    torch.int64: "tl.int64",
+    torch.int32: "tl.int32",
+    torch.int16: "tl.int16",
+    torch.int8: "tl.int8",
+    torch.uint8: "tl.uint8",
+    torch.uint64: "tl.uint64",
+    torch.bool: "tl.int1",
+    torch.float8_e4m3fn: "tl.float8e4nv",
+    torch.float8_e5m2: "tl.float8e5",
+}
+
+# (identity as a Python literal per dtype kind, elementwise combine template, row-reduce template)
+REDUCTIONS = {
+    "sum": ("0", "{a} + {b}", "tl.sum({x}, axis=1, keep_dims=True)"),
+    "prod": ("1", "{a} * {b}", "tl.reduce({x}, 1, _mul_combine, keep_dims=True)"),
+    "max": ("MIN", "_max_nan({a}, {b})", "tl.reduce({x}, 1, _max_nan, keep_dims=True)"),
+    "min": ("MAX", "_min_nan({a}, {b})", "tl.reduce({x}, 1, _min_nan, keep_dims=True)"),
+}
+
+PRELUDE = '''
+@triton.jit
+def _mul_combine(a, b):
+    return a * b
+
+
+@triton.jit
+def _max_nan(a, b):
+    # torch.amax propagates NaN; tl.maximum alone would drop it.
+    return tl.where((a > b) | (a != a), a, b)
+
+
+@triton.jit
+def _min_nan(a, b):
+    return tl.where((a < b) | (a != a), a, b)
+'''
+
+
+def identity_literal(kind: str, dtype: torch.dtype) -> str:
+    ident = REDUCTIONS[kind][0]
+    if ident not in ("MIN", "MAX"):
+        return ident
+    if dtype.is_floating_point:
+        return 'float("-inf")' if ident == "MIN" else 'float("inf")'
+    if dtype == torch.bool:
+        return "0" if ident == "MIN" else "1"
+    info = torch.iinfo(dtype)
+    return str(info.min if ident == "MIN" else info.max)
+
+
+@dataclass(eq=False)
+class KValue:
+    """A node of the kernel IR."""
+
+    kind: str  # "load" | "arg" | "const" | "op" | "reduce"
+    dtype: torch.dtype
+    operands: tuple = ()
+    template: str = ""  # op: format string over operands ({0}, {1}, ...); const/arg: the literal / arg name
+    full: bool = False
+    level: int = 0
+    param: Any = None  # load: the TensorParam
+    reduction: str = ""  # reduce: key of REDUCTIONS
+    uid: int = 0
+
+    @property
+    def var(self) -> str:
+        return f"v{self.uid}"
+
+
+@dataclass(eq=False)
+class TensorParam:
+    """A tensor argument of the kernel: its pointer name and how it is indexed."""
+
+    name: str
+    dtype: torch.dtype
+    row_terms: list = field(default_factory=list)  # [(row coordinate index, stride arg name)]
+    col_terms: list = field(default_factory=list)  # [(col coordinate index, stride arg name)]
+    is_output: bool = False
+
+    @property
+    def has_col(self) -> bool:
+        return bool(self.col_terms)
+
+
+class KernelBuilder:
+    def __init__(self):
+        self.nodes: list[KValue] = []
+        self.stores: list[tuple[TensorParam, KValue]] = []
+        self.scalar_args: list[str] = []
+
+    # --- node constructors ------------------------------------------------------------------------------
+    def _add(self, v: KValue) -> KValue:
+        v.uid = len(self.nodes)
+        self.nodes.append(v)
+        return v
+
+    def load(self, param: TensorParam) -> KValue:
+        return self._add(KValue("load", param.dtype, full=param.has_col, param=param))
+
+    def arg(self, name: str, dtype: torch.dtype) -> KValue:
+        if name not in self.scalar_args:
+            self.scalar_args.append(name)
+        return self._add(KValue("arg", dtype, template=name))
+
+    def const(self, value: Any, dtype: torch.dtype) -> KValue:
+        if isinstance(value, bool):
+            lit = "1" if value else "0"
+        elif isinstance(value, float):
+            lit = repr(value) if value == value and abs(value) != float("inf") else f'float("{value}")'
+        else:
+            lit = repr(value)
+        return self._add(KValue("const", dtype, template=lit))
+
+    def op(self, template: str, operands: list, dtype: torch.dtype) -> KValue:
+        """An elementwise node: ``template`` formats the operands' variables ({0}, {1}, ...)."""
+        ops = tuple(operands)
+        full = any(o.full for o in ops)
+        level = max((o.level for o in ops), default=0)
+        return self._add(KValue("op", dtype, ops, template, full, level))
+
+    def cast(self, v: KValue, dtype: torch.dtype) -> KValue:
+        if v.dtype == dtype:
+            return v
+        return self.op(f"{{0}}.to({TL_DTYPE[dtype]})", [v], dtype)
+
+    def reduce(self, kind: str, v: KValue, dtype: Optional[torch.dtype] = None) -> KValue:
+        dtype = dtype or v.dtype
+        v = self.cast(v, dtype)
+        return self._add(KValue("reduce", dtype, (v,), full=False, level=v.level + 1, reduction=kind))
+
+    def n_reduced(self) -> KValue:
+        """The number of reduced elements per row (the product of the column extents)."""
+        return self._add(KValue("arg", torch.int64, template="n_cols"))
+
+    def store(self, param: TensorParam, v: KValue) -> None:
+        self.stores.append((param, self.cast(v, param.dtype)))
+
+    @property
+    def max_level(self) -> int:
+        return max((v.level for v in self.nodes if v.kind == "reduce"), default=0)
+
+
+class _Scope:
+    """Emission scope: which nodes already have a variable visible here."""
+
+    def __init__(self, parent: Optional["_Scope"] = None):
+        self.parent = parent
+        self.emitted: set[int] = set()
+
+    def has(self, v: KValue) -> bool:
+        s = self
+        while s is not None:
+            if v.uid in s.emitted:
+                return True
+            s = s.parent
+        return False
+
+
+def _expr(v: KValue) -> str:
+    if v.kind in ("const", "arg"):
+        return v.template
+    return v.var
+
+
+class Emitter:
+    """Writes the kernel source for a KernelBuilder and a row/column index structure."""
+
+    def __init__(self, kb: KernelBuilder, params: list[TensorParam], n_row_dims: int, n_col_dims: int,
+                 mode: str, index64: bool):
+        assert mode in ("pointwise", "persistent", "looped")
+        self.kb, self.params = kb, params
+        self.n_row_dims, self.n_col_dims = n_row_dims, n_col_dims
+        self.mode, self.index64 = mode, index64
+        self.lines: list[str] = []
+        self.indent = 1
+
+    # --- helpers -------------------------------------------------------------------------------------------
+    def w(self, line: str) -> None:
+        self.lines.append("    " * self.indent + line)
+
+    def _coords(self, flat: str, prefix: str, sizes: list[str]) -> list[str]:
+        """Coordinates of a flattened index over dims with these size args (outermost first)."""
+        n = len(sizes)
+        if n == 0:
+            return []
+        if n == 1:
+            return [flat]
+        names = [f"{prefix}{i}" for i in range(n)]
+        rest = flat
+        for i in range(n - 1, 0, -1):
+            self.w(f"{names[i]} = {rest} % {sizes[i]}")
+            self.w(f"{prefix}q{i} = {rest} // {sizes[i]}")
+            rest = f"{prefix}q{i}"
+        self.w(f"{names[0]} = {rest}")
+        return names
+
+    @staticmethod
+    def _offset(terms: list, coords: list[str]) -> str:
+        if not terms:
+            return "0"
+        return " + ".join(f"{coords[i]} * {stride}" for i, stride in terms)
+
+    # --- emission ------------------------------------------------------------------------------------------
+    def emit_node(self, v: KValue, scope: _Scope, col_mask: str) -> None:
+        if scope.has(v) or v.kind in ("const", "arg"):
+            return
+        for o in v.operands:
+            self.emit_node(o, scope, col_mask)
+        if v.kind == "load":
+            p = v.param
+            if p.has_col:
+                self.w(f"{v.var} = tl.load({p.name}_ptr + {p.name}_roff + {p.name}_coff, mask={col_mask}, other=0)")
+            else:
+                self.w(f"{v.var} = tl.load({p.name}_ptr + {p.name}_roff, mask=rmask, other=0)")
+        elif v.kind == "op":
+            self.w(f"{v.var} = {v.template.format(*[_expr(o) for o in v.operands])}")
+        elif v.kind == "reduce":
+            (x,) = v.operands
+            ident = identity_literal(v.reduction, v.dtype)
+            src = _expr(x)
+            if x.full:
+                src = f"tl.where({col_mask}, {src}, {ident})"
+            else:  # a per-row value reduced over columns: broadcast it over the tile first
+                src = f"tl.where({col_mask}, tl.broadcast_to({src}, [BLOCK_R, BLOCK_C]), {ident})"
+            self.w(f"{v.var} = {REDUCTIONS[v.reduction][2].format(x=src)}")
+        scope.emitted.add(v.uid)
+
+    def _col_setup(self, col_base: str) -> None:
+        self.w(f"c = {col_base} + tl.arange(0, BLOCK_C)[None, :]")
+        if self.index64:
+            self.w("c = c.to(tl.int64)")
+        self.w("cmask = c < n_cols")
+        ccoords = self._coords("c", "cc", [f"cs{i}" for i in range(self.n_col_dims)])
+        for p in self.params:
+            if p.has_col:
+                self.w(f"{p.name}_coff = {self._offset(p.col_terms, ccoords)}")
+
+    def _store(self, p: TensorParam, v: KValue) -> None:
+        if p.has_col:
+            self.w(f"tl.store({p.name}_ptr + {p.name}_roff + {p.name}_coff, {_expr(v)}, mask=rmask & cmask)")
+        else:
+            if v.full:  # the plan gave a column-varying value to a tensor without column dims
+                raise ValueError(f"internal error: per-row output {p.name} receives a full tile")
+            self.w(f"tl.store({p.name}_ptr + {p.name}_roff, {_expr(v)}, mask={self._row_store_mask})")
+
+    def source(self, name: str) -> str:
+        kb = self.kb
+        args = [f"{p.name}_ptr" for p in self.params] + list(kb.scalar_args)
+        args += [f"rs{i}" for i in range(self.n_row_dims)] + [f"cs{i}" for i in range(self.n_col_dims)]
+        for p in self.params:
+            args += [stride for _, stride in p.row_terms + p.col_terms]
+        args += ["n_rows", "n_cols", "BLOCK_R: tl.constexpr", "BLOCK_C: tl.constexpr"]
+        self.lines = [f"@triton.jit", f"def {name}({', '.join(args)}):"]
+        self.indent = 1
+        if self.mode == "pointwise":
+            self.w("pid = tl.program_id(0)")
+            self.w("nb_c = tl.cdiv(n_cols, BLOCK_C)")
+            self.w("pid_r = pid // nb_c")
+            self.w("pid_c = pid % nb_c")
+        else:
+            self.w("pid_r = tl.program_id(0)")
+        self.w("r = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]")
+        if self.index64:
+            self.w("r = r.to(tl.int64)")
+        self.w("rmask = r < n_rows")
+        rcoords = self._coords("r", "rc", [f"rs{i}" for i in range(self.n_row_dims)])
+        for p in self.params:
+            self.w(f"{p.name}_roff = {self._offset(p.row_terms, rcoords)}")
+        # A per-row output is written once per row: by the first column block in pointwise kernels.
+        self._row_store_mask = "rmask & (pid_c == 0)" if self.mode == "pointwise" else "rmask"
+
+        top = _Scope()
+        full_stores = [(p, v) for p, v in kb.stores if p.has_col]
+        row_stores = [(p, v) for p, v in kb.stores if not p.has_col]
+        if self.mode in ("pointwise", "persistent"):
+            self._col_setup("pid_c * BLOCK_C" if self.mode == "pointwise" else "0")
+            mask = "rmask & cmask"
+            for p, v in kb.stores:
+                self.emit_node(v, top, mask)
+                self._store(p, v)
+        else:
+            self._emit_looped(top, full_stores, row_stores)
+        return "\n".join(self.lines) + "\n"
+
+    def _emit_looped(self, top: _Scope, full_stores, row_stores) -> None:
+        kb = self.kb
+        reduces = [v for v in kb.nodes if v.kind == "reduce"]
+        for level in range(kb.max_level):
+            these = [v for v in reduces if v.operands[0].level == level]
+            # Per-row operands needed by this pass must exist before the loop.
+            for v in these:
+                self._emit_row_deps(v.operands[0], top)
+            for v in these:
+                ident = identity_literal(v.reduction, v.dtype)
+                self.w(f"acc{v.uid} = tl.full([BLOCK_R, BLOCK_C], {ident}, {TL_DTYPE[v.dtype]})")
+            self.w("for c0 in range(0, n_cols, BLOCK_C):")
+            self.indent += 1
+            self._col_setup("c0")
+            inner = _Scope(top)
+            for v in these:
+                x = v.operands[0]
+                self.emit_node(x, inner, "rmask & cmask")
+                ident = identity_literal(v.reduction, v.dtype)
+                src = _expr(x) if x.full else f"tl.broadcast_to({_expr(x)}, [BLOCK_R, BLOCK_C])"
+                combined = REDUCTIONS[v.reduction][1].format(a=f"acc{v.uid}", b=f"tl.where(rmask & cmask, {src}, {ident})")
+                self.w(f"acc{v.uid} = {combined}")
+            self.indent -= 1
+            for v in these:
+                self.w(f"{v.var} = {REDUCTIONS[v.reduction][2].format(x=f'acc{v.uid}')}")
+                top.emitted.add(v.uid)
+        for p, v in row_stores:
+            self._emit_row_deps(v, top)
+            self._store(p, v)
+        if full_stores:
+            for p, v in full_stores:
+                self._emit_row_deps(v, top)
+            self.w("for c0 in range(0, n_cols, BLOCK_C):")
+            self.indent += 1
+            self._col_setup("c0")
+            inner = _Scope(top)
+            for p, v in full_stores:
+                self.emit_node(v, inner, "rmask & cmask")
+                self._store(p, v)
+            self.indent -= 1
+
+    def _emit_row_deps(self, v: KValue, scope: _Scope) -> None:
+        """Emit, at the current (row) level, every per-row node ``v`` depends on."""
+        if scope.has(v) or v.kind in ("const", "arg"):
+            return
+        if v.full:
+            for o in v.operands:
+                self._emit_row_deps(o, scope)
+            return
+        self.emit_node(v, scope, "rmask")
+
+
+def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, mode, index64) -> str:
+    body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64).source(name)
+    header = "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n"
+    return header + PRELUDE + "\n\n" + body

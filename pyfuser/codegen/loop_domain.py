@@ -1,0 +1,128 @@
+"""The loop domain of a kernel segment.
+
+Every tensor in a kernel segment is indexed by one shared set of loop dims. Each op says which of its output
+dims are the same loop dim as which input dims (``OpDef.loop_map``); a union-find over (tensor, dim) pairs turns
+those statements into loop dims. A broadcast dim joined with a real dim is read with stride 0 along it.
+
+Reduction exprs name the loop dims they reduce. A segment is one kernel only if all its reductions reduce the
+same loop dims; those become the kernel's "column" dims, the rest its "row" dims (pointwise segments take the
+innermost dim of their reference output as the column dim, for a 2-D tile).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..errors import UnsupportedOpError
+from ..ir.nodes import Expr, TensorView
+from ..ops.registry import OpKind
+
+
+class _UnionFind:
+    def __init__(self):
+        self.parent: dict = {}
+
+    def find(self, x):
+        self.parent.setdefault(x, x)
+        root = x
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[x] != root:
+            self.parent[x], x = root, self.parent[x]
+        return root
+
+    def union(self, a, b):
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[rb] = ra
+
+
+def positional_loop_map(node: Expr) -> list[tuple[tuple[TensorView, int], tuple[TensorView, int]]]:
+    """Default for pointwise ops: output dim i is input dim i of every tensor operand (equal ranks)."""
+    pairs = []
+    for out in node.outputs:
+        if not isinstance(out, TensorView):
+            continue
+        for inp in node.inputs:
+            if isinstance(inp, TensorView) and inp.ndim == out.ndim:
+                pairs.extend(((out, d), (inp, d)) for d in range(out.ndim))
+    return pairs
+
+
+class NotFusable(UnsupportedOpError):
+    """The segment cannot become one generated kernel (the runtime falls back to ATen for it)."""
+
+
+@dataclass
+class LoopDomain:
+    """Loop dims of one kernel segment. ``dims_of[id(tv)]`` gives, per logical dim of ``tv``, its loop dim."""
+
+    dims: list[int]  # loop-dim ids, in kernel order: row dims (outer to inner), then column dims
+    n_row: int  # how many of ``dims`` are row dims
+    reduced: frozenset  # loop dims reduced by the segment's reductions (the column dims); empty if pointwise
+    dims_of: dict = field(default_factory=dict)  # id(tv) -> list[loop dim id]
+    tensors: dict = field(default_factory=dict)  # id(tv) -> tv, every tensor of the segment
+
+    @property
+    def row_dims(self) -> list[int]:
+        return self.dims[: self.n_row]
+
+    @property
+    def col_dims(self) -> list[int]:
+        return self.dims[self.n_row :]
+
+    def has_col(self, tv: TensorView) -> bool:
+        """Whether ``tv`` varies along the column dims (a full tile) or is per-row."""
+        return any(d in self.col_dims for d, dom in zip(self.dims_of[id(tv)], tv.logical) if not dom.is_broadcast)
+
+
+def build_loop_domain(exprs: list[Expr], reference: Optional[TensorView] = None, layout_order=None) -> LoopDomain:
+    """Unify the dims of every tensor in ``exprs``.
+
+    ``reference`` fixes the order of loop dims (its allocation order, outermost first, from ``layout_order`` if
+    given, else logical order); dims it lacks go last among their group."""
+    uf = _UnionFind()
+    tensors: dict[int, TensorView] = {}
+    for e in exprs:
+        lower = e.op.lower
+        if lower is None:
+            raise NotFusable(f"fd.ops.{e.op.name} has no Triton lowering")
+        for v in list(e.inputs) + list(e.outputs):
+            if isinstance(v, TensorView):
+                tensors[id(v)] = v
+                for d in range(v.ndim):
+                    uf.find((id(v), d))
+        loop_map = e.op.loop_map or positional_loop_map
+        for (o, od), (i, idim) in loop_map(e):
+            uf.union((id(o), od), (id(i), idim))
+
+    reduced: set = set()
+    for e in exprs:
+        if e.op.kind is OpKind.REDUCTION:
+            inp = next(v for v in e.inputs if isinstance(v, TensorView))
+            these = {uf.find((id(inp), d)) for d in e.op.reduced_dims(e)}
+            if reduced and these != reduced:
+                raise NotFusable("reductions over different dims in one segment")
+            reduced = these
+
+    dims_of = {tid: [uf.find((tid, d)) for d in range(tv.ndim)] for tid, tv in tensors.items()}
+    if reference is None:
+        reference = max(tensors.values(), key=lambda t: t.ndim)
+    ref_dims = dims_of[id(reference)]
+    order = list(layout_order) if layout_order is not None else list(range(reference.ndim))
+    ordered: list[int] = []
+    for d in order:
+        if ref_dims[d] not in ordered:
+            ordered.append(ref_dims[d])
+    for tid in dims_of:
+        for ld in dims_of[tid]:
+            if ld not in ordered:
+                ordered.append(ld)
+    if reduced:
+        rows = [d for d in ordered if d not in reduced]
+        cols = [d for d in ordered if d in reduced]
+    else:
+        # Pointwise: the innermost reference dim is the column dim, so tiles follow memory order.
+        rows, cols = ordered[:-1], ordered[-1:]
+    return LoopDomain(rows + cols, len(rows), frozenset(reduced), dims_of, tensors)

@@ -1,0 +1,252 @@
+"""Planning one generated kernel for a kernel segment, for one set of boundary layouts.
+
+From the segment's loop domain and the sizes/strides of every tensor it reads or writes (real inputs, or the
+meta-inferred layouts of other segments' outputs), the plan
+- drops loop dims of extent 1 and merges adjacent loop dims that every tensor walks contiguously (so a fully
+  contiguous pointwise kernel indexes with one flat offset), keeping row and column dims apart;
+- lowers every op into a KernelBuilder and emits the Triton source;
+- fixes the launch: block sizes, grid, warps, and the size/stride arguments.
+Strides are runtime arguments: Triton specializes on their values (==1, divisibility by 16) and on pointer
+alignment, so a row pitch like 4097 elements can never be assumed vector-aligned (nvFuser issue #4888).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from ..ir.dtypes import to_torch_dtype
+from ..ir.nodes import Scalar, TensorView, Vector
+from ..ops.registry import OpKind
+from .kernel_builder import KernelBuilder, TensorParam, kernel_source
+from .loop_domain import LoopDomain, NotFusable, build_loop_domain
+
+MAX_PERSISTENT_COLS = 16384
+INT32_MAX = 2**31 - 1
+
+
+@dataclass
+class TensorMeta:
+    sizes: tuple
+    strides: tuple
+    dtype: torch.dtype
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+@dataclass
+class KernelPlan:
+    name: str
+    source: str
+    mode: str
+    inputs: list  # segment input TensorViews, in pointer order
+    outputs: list  # segment output TensorViews, in pointer order (after the inputs)
+    scalar_vals: list  # Scalars passed by value, in argument order
+    fixed_args: list  # sizes, strides, n_rows, n_cols
+    block_r: int
+    block_c: int
+    grid: tuple
+    num_warps: int
+    n_rows: int
+    n_cols: int
+
+
+def _dims_strides(tv: TensorView, meta: TensorMeta, dom: LoopDomain) -> dict:
+    """loop dim -> stride for the dims ``tv`` really walks (broadcast / size-1 dims contribute nothing)."""
+    result = {}
+    for d, (ld, idom) in enumerate(zip(dom.dims_of[id(tv)], tv.logical)):
+        if idom.is_broadcast or meta.sizes[d] == 1:
+            continue
+        result[ld] = meta.strides[d]
+    return result
+
+
+def _loop_sizes(dom: LoopDomain, metas: dict, tensors: list) -> dict:
+    sizes = {}
+    for tv in tensors:
+        meta = metas[id(tv)]
+        for d, ld in enumerate(dom.dims_of[id(tv)]):
+            if not tv.logical[d].is_broadcast or tv.logical[d].expanded:
+                sizes[ld] = max(sizes.get(ld, 1), int(meta.sizes[d]))
+    return sizes
+
+
+def _merge(group: list, sizes: dict, walks: list[dict]) -> list[list]:
+    """Split ``group`` (outer to inner) into runs of loop dims every tensor can walk as one flat dim."""
+    runs: list[list] = []
+    for ld in group:
+        if sizes.get(ld, 1) == 1:
+            continue
+        if runs:
+            inner = runs[-1][-1]
+            ok = True
+            for w in walks:
+                a, b = w.get(ld), w.get(inner)
+                if (a is None) != (b is None) or (a is not None and a != b * sizes[inner]):
+                    ok = False
+                    break
+            if ok:
+                runs[-1].append(ld)
+                continue
+        runs.append([ld])
+    return runs
+
+
+def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
+    """``metas``: id(tv) -> TensorMeta for every segment input and output tensor."""
+    kernel_exprs = [e for e in segment.exprs if e not in scalar_exprs]
+    outputs = [o for o in segment.outputs if isinstance(o, TensorView)]
+    inputs = [v for v in segment.inputs if isinstance(v, TensorView)]
+    if not outputs:
+        raise NotFusable("segment has no tensor outputs")
+    reduction = next((e for e in kernel_exprs if e.op.kind is OpKind.REDUCTION), None)
+    if reduction is not None:
+        reference = next(v for v in reduction.inputs if isinstance(v, TensorView))
+        ref_meta = next((metas[id(t)] for t in inputs if t.ndim == reference.ndim), None)
+    else:
+        reference = max(outputs, key=lambda t: _numel(metas[id(t)].sizes))
+        ref_meta = metas[id(reference)]
+    order = None
+    if ref_meta is not None:
+        from ..frontend.tensor_descriptor import allocation_order_from_strides
+
+        order = allocation_order_from_strides(ref_meta.sizes, ref_meta.strides)
+    dom = build_loop_domain(kernel_exprs, reference, order)
+    memory = inputs + outputs
+    for tv in memory:
+        if any(ld is None for ld in dom.dims_of.get(id(tv), [])):
+            raise NotFusable(f"{tv.name} is not in the loop domain")
+        if id(tv) not in dom.dims_of:
+            dom.dims_of[id(tv)] = []
+    sizes = _loop_sizes(dom, metas, memory)
+    walks = [_dims_strides(tv, metas[id(tv)], dom) for tv in memory]
+    row_runs = _merge(dom.row_dims, sizes, walks)
+    col_runs = _merge(dom.col_dims, sizes, walks)
+    for w in walks:  # a tensor dim that walks a dropped (extent-1) loop dim is fine; anything else is a bug
+        for ld in w:
+            if sizes.get(ld, 1) != 1 and not any(ld in run for run in row_runs + col_runs):
+                raise NotFusable("internal: loop dim missing from the plan")
+
+    params: list[TensorParam] = []
+    fixed_sizes = [_prod(sizes[ld] for ld in run) for run in row_runs + col_runs]
+    stride_args: list[int] = []
+    index64 = False
+    for k, (tv, w) in enumerate(zip(memory, walks)):
+        meta = metas[id(tv)]
+        p = TensorParam(f"t{k}", meta.dtype, is_output=k >= len(inputs))
+        max_off = 0
+        for terms, runs in ((p.row_terms, row_runs), (p.col_terms, col_runs)):
+            for i, run in enumerate(runs):
+                inner = run[-1]
+                if inner in w:
+                    terms.append((i, f"{p.name}_s{len(stride_args)}"))
+                    stride_args.append(int(w[inner]))
+                    max_off += int(w[inner]) * (_prod(sizes[ld] for ld in run) - 1)
+        index64 |= max_off > INT32_MAX
+        params.append(p)
+    n_rows = _prod(fixed_sizes[: len(row_runs)])
+    n_cols = _prod(fixed_sizes[len(row_runs):])
+    index64 |= n_rows * max(n_cols, 1) > INT32_MAX
+
+    kb = KernelBuilder()
+    scalar_vals = _lower(segment, kernel_exprs, kb, inputs, params, outputs)
+    if reduction is None:
+        mode = "pointwise"
+    elif n_cols <= MAX_PERSISTENT_COLS:
+        mode = "persistent"
+    else:
+        mode = "looped"
+    block_r, block_c, num_warps = _blocks(mode, n_rows, n_cols, max(p.dtype.itemsize for p in params))
+    source_body = kernel_source("KERNEL", kb, params, len(row_runs), len(col_runs), mode, index64)
+    name = "pf_" + mode + "_" + hashlib.sha1(source_body.encode()).hexdigest()[:12]
+    source = source_body.replace("def KERNEL(", f"def {name}(")
+    n_blocks_r = -(-n_rows // block_r)
+    grid = (n_blocks_r * -(-n_cols // block_c),) if mode == "pointwise" else (n_blocks_r,)
+    fixed = fixed_sizes + stride_args + [n_rows, n_cols]
+    return KernelPlan(name, source, mode, inputs, outputs, scalar_vals, fixed, block_r, block_c, grid, num_warps,
+                      n_rows, n_cols)
+
+
+def _lower(segment, kernel_exprs, kb: KernelBuilder, inputs, params, outputs) -> list:
+    values: dict[int, Any] = {}
+    for tv, p in zip(inputs, params):
+        values[id(tv)] = kb.load(p)
+    scalar_vals = []
+
+    def resolve(obj):
+        if isinstance(obj, Vector):
+            return [resolve(e) for e in obj.elements]
+        if isinstance(obj, Scalar):
+            if obj.is_constant:
+                return obj.value
+            if id(obj) not in values:
+                values[id(obj)] = kb.arg(f"s{len(scalar_vals)}", to_torch_dtype(obj.dtype))
+                scalar_vals.append(obj)
+            return values[id(obj)]
+        if isinstance(obj, TensorView):
+            return values[id(obj)]
+        if isinstance(obj, list):
+            return [resolve(x) for x in obj]
+        if isinstance(obj, tuple):
+            return tuple(resolve(x) for x in obj)
+        return obj
+
+    for e in kernel_exprs:
+        args = resolve(e.args)
+        kwargs = {k: resolve(v) for k, v in e.kwargs.items()}
+        result = e.op.lower(e, kb, *args, **kwargs)
+        if len(e.outputs) == 1:
+            result = (result,)
+        for o, r in zip(e.outputs, result):
+            values[id(o)] = r
+    for tv, p in zip(outputs, params[len(inputs):]):
+        kb.store(p, values[id(tv)])
+    return scalar_vals
+
+
+def _blocks(mode: str, n_rows: int, n_cols: int, itemsize: int):
+    target = 8192 if itemsize <= 2 else 4096  # elements per program: ~16 KiB of traffic per tensor
+    if mode == "pointwise":
+        block_c = min(_next_pow2(max(n_cols, 1)), 1024 if n_rows > 1 else target)
+        block_r = max(1, min(_next_pow2(max(n_rows, 1)), target // block_c))
+        num_warps = 4 if block_r * block_c <= 2048 else 8
+    elif mode == "persistent":
+        block_c = _next_pow2(max(n_cols, 1))
+        block_r = max(1, min(_next_pow2(max(n_rows, 1)), 4096 // block_c))
+        elems = block_r * block_c
+        num_warps = 4 if elems <= 2048 else (8 if elems <= 8192 else 16)
+    else:
+        block_c, block_r, num_warps = 4096, 1, 8
+    return block_r, block_c, num_warps
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= int(x)
+    return out
+
+
+def _numel(sizes) -> int:
+    return _prod(sizes)
+
+
+def segment_metas(segment, layouts: dict, env_metas: dict) -> Optional[dict]:
+    """TensorMeta for each tensor the segment reads or writes, from real inputs or inferred layouts."""
+    metas = {}
+    for tv in list(segment.inputs) + list(segment.outputs):
+        if not isinstance(tv, TensorView):
+            continue
+        if id(tv) in env_metas:
+            metas[id(tv)] = env_metas[id(tv)]
+        elif id(tv) in layouts:
+            lay = layouts[id(tv)]
+            metas[id(tv)] = TensorMeta(lay.sizes, lay.strides, to_torch_dtype(tv.dtype))
+        else:
+            return None
+    return metas
