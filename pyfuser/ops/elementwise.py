@@ -90,19 +90,26 @@ def _elementwise_eval(fn):
     return evaluate
 
 
-def _check_category(op: str, x, allowed: str):
+# Operand categories: which dtypes an op accepts. Anything else is rejected at definition time, so a fusion
+# never fails at run time because ATen has no kernel for the dtype.
+_CATEGORIES = {
+    "float": lambda dt: is_floating(dt) or is_complex(dt),
+    "real_float": is_floating,
+    "int": lambda dt: is_integral(dt) or is_boolean(dt),
+    "int_only": is_integral,
+    "complex": is_complex,
+    "not_complex": lambda dt: not is_complex(dt),
+    # real numbers without Bool: ATen's relu/ceil/floor/round/trunc/abs have no Bool kernels
+    "real_number": lambda dt: is_integral(dt) or is_floating(dt),
+    "not_bool": lambda dt: not is_boolean(dt),
+    "any": lambda dt: True,
+}
+
+
+def _check_category(op: str, x, allowed: str, argname: str = "arg"):
     dt = operand_dtype(x)
-    ok = {
-        "float": is_floating(dt) or is_complex(dt),
-        "real_float": is_floating(dt),
-        "int": is_integral(dt) or is_boolean(dt),
-        "int_only": is_integral(dt),
-        "complex": is_complex(dt),
-        "not_complex": not is_complex(dt),
-        "any": True,
-    }[allowed]
-    if not ok:
-        fail(op, f"does not support operands of {dt!r}", FusionDtypeError)
+    if not _CATEGORIES[allowed](dt):
+        fail(op, f"argument '{argname}' of {dt!r} is not supported", FusionDtypeError)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -138,14 +145,15 @@ _FLOAT_UNARY = {
     "tan": torch.tan,
     "tanh": torch.tanh,
 }
-_ARITH_UNARY = {"neg": torch.neg, "abs": torch.abs, "sign": torch.sign}
+# (torch fn, category the input must be in): ATen has no abs for Bool and no sign for complex (that is sgn).
+_ARITH_UNARY = {"neg": (torch.neg, "any"), "abs": (torch.abs, "not_bool"), "sign": (torch.sign, "not_complex")}
 # (torch fn, category the input must be in)
 _KEEP_UNARY = {
-    "relu": (torch.relu, "not_complex"),
-    "ceil": (torch.ceil, "not_complex"),
-    "floor": (torch.floor, "not_complex"),
-    "round": (torch.round, "not_complex"),
-    "trunc": (torch.trunc, "not_complex"),
+    "relu": (torch.relu, "real_number"),
+    "ceil": (torch.ceil, "real_number"),
+    "floor": (torch.floor, "real_number"),
+    "round": (torch.round, "real_number"),
+    "trunc": (torch.trunc, "real_number"),
     "frac": (torch.frac, "real_float"),
     "silu": (torch.nn.functional.silu, "real_float"),
     "bitwise_not": (torch.bitwise_not, "int"),
@@ -170,7 +178,7 @@ _BOOL_UNARY = {
 def _register_unary(name: str, fn, out_rule, category: str = "any"):
     def build(arg):
         check_operand(name, arg, "arg")
-        _check_category(name, arg, category)
+        _check_category(name, arg, category, "arg")
         dt = operand_dtype(arg)
         out_dt, cast = out_rule(dt)
         return OpResult([_output(name, [arg], out_dt)], (arg,), info={"cast": [_tdt(cast)]})
@@ -179,8 +187,13 @@ def _register_unary(name: str, fn, out_rule, category: str = "any"):
     return register(name, OpKind.POINTWISE, _elementwise_eval(fn))(build)
 
 
+# ATen has no complex kernels for these.
+_REAL_ONLY_FLOAT_UNARY = {"erf", "erfc", "erfinv", "erfcinv", "lgamma"}
+
 for _name, _fn in _FLOAT_UNARY.items():
-    _register_unary(_name, _fn, lambda dt: (_floatify(dt), _floatify(dt)), "not_complex" if _name in ("erfinv", "erfcinv", "lgamma") else "any")
+    _register_unary(
+        _name, _fn, lambda dt: (_floatify(dt), _floatify(dt)), "not_complex" if _name in _REAL_ONLY_FLOAT_UNARY else "any"
+    )
 
 
 def _arith_unary_rule(name):
@@ -196,14 +209,19 @@ def _arith_unary_rule(name):
     return rule
 
 
-for _name, _fn in _ARITH_UNARY.items():
-    _register_unary(_name, _fn, _arith_unary_rule(_name))
+for _name, (_fn, _cat) in _ARITH_UNARY.items():
+    _register_unary(_name, _fn, _arith_unary_rule(_name), _cat)
 
 for _name, (_fn, _cat) in _KEEP_UNARY.items():
     _register_unary(_name, _fn, lambda dt: (dt, compute_dtype(dt) if dt in REDUCED_FLOAT else dt), _cat)
 
+# ATen defines these only for real numbers (sign bits and signed infinities do not exist for complex).
+_REAL_ONLY_BOOL_UNARY = {"isneginf", "isposinf", "signbit"}
+
 for _name, _fn in _BOOL_UNARY.items():
-    _register_unary(_name, _fn, lambda dt: (DataType.Bool, compute_dtype(dt)))
+    _register_unary(
+        _name, _fn, lambda dt: (DataType.Bool, compute_dtype(dt)), "not_complex" if _name in _REAL_ONLY_BOOL_UNARY else "any"
+    )
 
 
 def _real_imag_rule(dt):
@@ -305,8 +323,8 @@ def _register_binary(name: str, fn, rule: str, category: str):
     def build(lhs, rhs):
         check_operand(name, lhs, "lhs")
         check_operand(name, rhs, "rhs")
-        _check_category(name, lhs, category)
-        _check_category(name, rhs, category)
+        _check_category(name, lhs, category, "lhs")
+        _check_category(name, rhs, category, "rhs")
         out_dt, casts, special = _binary_types(name, rule, [lhs, rhs])
         info = {"cast": [_tdt(c) for c in casts]}
         if special is not None:
@@ -324,7 +342,7 @@ for _name, (_fn, _rule, _cat) in _BINARY.items():
 def _complex_build(real, imag):
     for x, n in ((real, "real"), (imag, "imag")):
         check_operand("complex", x, n)
-        _check_category("complex", x, "real_float")
+        _check_category("complex", x, "real_float", n)
     p = compute_dtype(_promoted([real, imag]))
     out = DataType.ComplexDouble if p is DataType.Double else DataType.ComplexFloat
     info = {"cast": [_tdt(p), _tdt(p)]}
@@ -355,7 +373,7 @@ register("where", OpKind.POINTWISE, _elementwise_eval(torch.where))(_where_build
 def _lerp_build(start, end, weight):
     for x, n in ((start, "start"), (end, "end"), (weight, "weight")):
         check_operand("lerp", x, n)
-        _check_category("lerp", x, "float")
+        _check_category("lerp", x, "float", n)
     c = _floatify(_promoted([start, end, weight]))
     info = {"cast": [_tdt(c)] * 3}
     return OpResult([_output("lerp", [start, end, weight], c)], (start, end, weight), info=info)
@@ -367,7 +385,7 @@ register("lerp", OpKind.POINTWISE, _elementwise_eval(torch.lerp))(_lerp_build)
 def _clamp_build(arg, min_val, max_val):
     for x, n in ((arg, "arg"), (min_val, "min_val"), (max_val, "max_val")):
         check_operand("clamp", x, n)
-        _check_category("clamp", x, "not_complex")
+        _check_category("clamp", x, "not_complex", n)
     dt = operand_dtype(arg)
     c = compute_dtype(_promoted([arg, min_val, max_val]))
     info = {"cast": [_tdt(c)] * 3}
@@ -382,7 +400,7 @@ register("clamp", OpKind.POINTWISE, _elementwise_eval(lambda x, lo, hi: torch.mi
 def _threshold_build(arg, threshold, value):
     for x, n in ((arg, "arg"), (threshold, "threshold"), (value, "value")):
         check_operand("threshold", x, n)
-        _check_category("threshold", x, "not_complex")
+        _check_category("threshold", x, "not_complex", n)
     dt = operand_dtype(arg)
     c = compute_dtype(_promoted([arg, threshold, value]))
     info = {"cast": [_tdt(c)] * 3}
