@@ -1,8 +1,8 @@
 """Elementwise ops: unary, binary, ternary and cast.
 
 Dtype rules (frontend.md "Result dtypes"): arithmetic results promote like PyTorch and then widen Half, BF16,
-FP8 and FP4 to Float; float unaries also turn integers into Float; relu/ceil/floor/round/trunc/frac/silu keep
-the input dtype; comparisons and is* ops give Bool. Reduced-precision inputs are always computed in Float.
+FP8 and FP4 to Float; float unaries also turn integers into Float; relu/ceil/floor/round/trunc/frac/silu (and
+abs/sign, as in nvFuser) keep the input dtype; comparisons and is* ops give Bool. Reduced-precision inputs are always computed in Float.
 
 Each op's evaluator upcasts its operands to the compute dtype recorded by the builder (``node.info["cast"]``),
 runs the torch function and casts to the output dtype, which is exactly "run the op with ATen in Float".
@@ -16,7 +16,6 @@ import torch
 
 from ..ir.dtypes import (
     DataType,
-    REDUCED_FLOAT,
     compute_dtype,
     is_boolean,
     is_complex,
@@ -145,8 +144,6 @@ _FLOAT_UNARY = {
     "tan": torch.tan,
     "tanh": torch.tanh,
 }
-# (torch fn, category the input must be in): ATen has no abs for Bool and no sign for complex (that is sgn).
-_ARITH_UNARY = {"neg": (torch.neg, "any"), "abs": (torch.abs, "not_bool"), "sign": (torch.sign, "not_complex")}
 # (torch fn, category the input must be in)
 _KEEP_UNARY = {
     "relu": (torch.relu, "real_number"),
@@ -157,6 +154,10 @@ _KEEP_UNARY = {
     "frac": (torch.frac, "real_float"),
     "silu": (torch.nn.functional.silu, "real_float"),
     "bitwise_not": (torch.bitwise_not, "int"),
+    # nvFuser's abs is a plain UnaryOp and its sign casts back to the input type: both keep the dtype
+    # (abs of a complex is the exception, handled below). ATen has no abs for Bool and no sign for complex.
+    "abs": (torch.abs, "not_bool"),
+    "sign": (torch.sign, "not_complex"),
     # nvFuser's set/segment_set are copies (segment_set also marks a segment boundary).
     "set": (torch.clone, "any"),
     "segment_set": (torch.clone, "any"),
@@ -196,24 +197,30 @@ for _name, _fn in _FLOAT_UNARY.items():
     )
 
 
-def _arith_unary_rule(name):
-    def rule(dt):
-        if name == "abs" and is_complex(dt):
-            real = DataType.Float if dt is DataType.ComplexFloat else DataType.Double
-            return real, dt
-        if is_boolean(dt) and name == "neg":
-            fail(name, "does not support Bool operands; use logical_not", FusionDtypeError)
-        c = compute_dtype(dt)
-        return c, c
-
-    return rule
+def _neg_rule(dt):
+    if is_boolean(dt):
+        fail("neg", "argument 'arg' of DataType.Bool is not supported; use logical_not", FusionDtypeError)
+    c = compute_dtype(dt)
+    return c, c
 
 
-for _name, (_fn, _cat) in _ARITH_UNARY.items():
-    _register_unary(_name, _fn, _arith_unary_rule(_name), _cat)
+def _keep_rule(dt):
+    """Output keeps the input dtype; reduced floats are computed in Float."""
+    return dt, compute_dtype(dt)
+
+
+def _abs_rule(dt):
+    if is_complex(dt):
+        return (DataType.Float if dt is DataType.ComplexFloat else DataType.Double), dt
+    return _keep_rule(dt)
+
+
+# neg promotes like an arithmetic op (frontend.md "Result dtypes"), so it is registered apart from the
+# dtype-keeping unaries.
+_register_unary("neg", torch.neg, _neg_rule)
 
 for _name, (_fn, _cat) in _KEEP_UNARY.items():
-    _register_unary(_name, _fn, lambda dt: (dt, compute_dtype(dt) if dt in REDUCED_FLOAT else dt), _cat)
+    _register_unary(_name, _fn, _abs_rule if _name == "abs" else _keep_rule, _cat)
 
 # ATen defines these only for real numbers (sign bits and signed infinities do not exist for complex).
 _REAL_ONLY_BOOL_UNARY = {"isneginf", "isposinf", "signbit"}
