@@ -237,8 +237,15 @@ def _real_imag_rule(dt):
     return dt, dt
 
 
-_register_unary("real", torch.real, _real_imag_rule)
-_register_unary("imag", torch.imag, _real_imag_rule, "complex")
+def _fresh(part):
+    # torch.real/imag return views into the complex storage (strides doubled), and torch.real of a real tensor
+    # returns the tensor itself. nvFuser's real/imag are pointwise ops (real of a real tensor is a `set`), so
+    # the result is a new tensor; clone() lays it out densely in the input's dim order, like any pointwise op.
+    return lambda x: part(x).clone()
+
+
+_register_unary("real", _fresh(torch.real), _real_imag_rule)
+_register_unary("imag", _fresh(torch.imag), _real_imag_rule, "complex")
 
 
 # --------------------------------------------------------------------------------------------------------------
