@@ -268,7 +268,7 @@ def _int_div(a, b):
 # name -> (torch fn, rule, operand category)
 #   rule "arith": promote, widen reduced floats;  "float": as arith, and integers become Float;
 #   "cmp": Bool result computed in the promoted type; "logical": Bool result computed in Bool;
-#   "bitwise": promoted integer type.
+#   "bitwise": promoted integer type; "float_only": the promoted type must already be Float or Double.
 _BINARY = {
     "add": (torch.add, "arith", "any"),
     "sub": (torch.sub, "arith", "any"),
@@ -280,7 +280,7 @@ _BINARY = {
     "mod": (torch.fmod, "arith", "not_complex"),
     "remainder": (torch.remainder, "arith", "not_complex"),
     "pow": (torch.pow, "arith", "any"),
-    "nextafter": (torch.nextafter, "arith", "real_float"),
+    "nextafter": (torch.nextafter, "float_only", "real_float"),
     "minimum": (torch.minimum, "arith", "not_complex"),
     "maximum": (torch.maximum, "arith", "not_complex"),
     "eq": (torch.eq, "cmp", "any"),
@@ -314,6 +314,12 @@ def _binary_types(name: str, rule: str, operands: list):
         if is_boolean(c) and name in ("sub", "pow", "fmod", "mod", "remainder"):
             fail(name, "does not support Bool operands", FusionDtypeError)
         return c, [c] * len(operands), None
+    if rule == "float_only":
+        # The next representable value depends on the type: computing a bf16 nextafter in Float would step by
+        # a Float ulp. nvFuser (float_only_op_config) rejects anything but Float and Double, and so do we.
+        if p not in (DataType.Float, DataType.Double):
+            fail(name, f"operands promote to {p!r}; only Float and Double are supported", FusionDtypeError)
+        return p, [p] * len(operands), None
     if rule == "float":
         c = _floatify(p)
         return c, [c] * len(operands), None
