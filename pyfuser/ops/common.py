@@ -72,7 +72,8 @@ def fusion_of(op: str, *operands: Any) -> Fusion:
 def normalize_dim(op: str, dim: Any, ndim: int, argname: str = "dim") -> int:
     if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
         fail(op, f"argument '{argname}' must be an int, got {dim!r}", FusionDtypeError)
-    if not -ndim <= dim < max(ndim, 1):
+    # As in torch, a 0-dim tensor accepts dim 0 and -1.
+    if not -max(ndim, 1) <= dim < max(ndim, 1):
         fail(op, f"argument '{argname}'={dim} is out of range for a tensor of rank {ndim}")
     return int(dim) % ndim if ndim else 0
 
