@@ -427,7 +427,12 @@ def _threshold_build(arg, threshold, value):
     return OpResult([_output("threshold", [arg, threshold, value], dt)], (arg, threshold, value), info=info)
 
 
-register("threshold", OpKind.POINTWISE, _elementwise_eval(lambda x, th, v: torch.where(x > th, x, v)))(_threshold_build)
+def _threshold(x, th, v):
+    # ATen and nvFuser both compute `x <= th ? v : x`, so NaN passes through (`x > th ? x : v` would replace it).
+    return torch.where(x <= th, v, x)
+
+
+register("threshold", OpKind.POINTWISE, _elementwise_eval(_threshold))(_threshold_build)
 
 
 def _addcmul_build(arg, tensor1, tensor2, value=1.0):
