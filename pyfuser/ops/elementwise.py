@@ -161,9 +161,10 @@ _KEEP_UNARY = {
     # nvFuser's set/segment_set are copies (segment_set also marks a segment boundary).
     "set": (torch.clone, "any"),
     "segment_set": (torch.clone, "any"),
-    "rand_like": (torch.rand_like, "real_float"),
-    "randn_like": (torch.randn_like, "real_float"),
 }
+# Random draws happen in the tensor's own dtype: drawing in Float and rounding to bf16/half could round a
+# uniform sample up to 1.0, outside rand's [0, 1).
+_RANDOM_UNARY = {"rand_like": torch.rand_like, "randn_like": torch.randn_like}
 _BOOL_UNARY = {
     "isfinite": torch.isfinite,
     "isinf": torch.isinf,
@@ -221,6 +222,9 @@ _register_unary("neg", torch.neg, _neg_rule)
 
 for _name, (_fn, _cat) in _KEEP_UNARY.items():
     _register_unary(_name, _fn, _abs_rule if _name == "abs" else _keep_rule, _cat)
+
+for _name, _fn in _RANDOM_UNARY.items():
+    _register_unary(_name, _fn, lambda dt: (dt, dt), "real_float")
 
 # ATen defines these only for real numbers (sign bits and signed infinities do not exist for complex).
 _REAL_ONLY_BOOL_UNARY = {"isneginf", "isposinf", "signbit"}
