@@ -76,6 +76,8 @@ class KernelSegmentExecutor:
 def build_segment_executor(segment, layouts: dict, flat_inputs, fusion, device: torch.device, options,
                            produced_by_expr_eval: set):
     """The executor for a kernel segment: a generated kernel when possible, else ATen (with the reason)."""
+    if not options.kernel_codegen:
+        return AtenSegmentExecutor(segment, "kernel_codegen is disabled")
     if not triton_usable(device):
         return AtenSegmentExecutor(segment, f"no Triton on {device.type}")
     input_metas = {}

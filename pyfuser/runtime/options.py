@@ -12,6 +12,7 @@ from ..errors import OptionError
 # name -> what it does. Disable options are on by default.
 DISABLE_OPTIONS = {
     "infer_contiguity": "meta-device inference of ExprEval segment output layouts (off: assume contiguous)",
+    "kernel_codegen": "generated Triton kernels for kernel segments (off: every segment runs on ATen)",
 }
 ENABLE_OPTIONS = {
     "check_layouts": "after each segment, check the real outputs against the inferred layouts (debugging aid)",
@@ -21,6 +22,7 @@ ENABLE_OPTIONS = {
 @dataclass(frozen=True)
 class Options:
     infer_contiguity: bool = True
+    kernel_codegen: bool = True
     check_layouts: bool = False
 
 
@@ -39,6 +41,7 @@ def _parse(enable: tuple, disable: tuple) -> Options:
             raise OptionError(f"unknown disable option {name!r}; known: {sorted(DISABLE_OPTIONS)}")
     return Options(
         infer_contiguity="infer_contiguity" not in disable,
+        kernel_codegen="kernel_codegen" not in disable,
         check_layouts="check_layouts" in enable,
     )
 
