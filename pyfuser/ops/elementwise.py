@@ -223,8 +223,11 @@ _register_unary("neg", torch.neg, _neg_rule)
 for _name, (_fn, _cat) in _KEEP_UNARY.items():
     _register_unary(_name, _fn, _abs_rule if _name == "abs" else _keep_rule, _cat)
 
+# ATen draws random numbers only in these; FP8/FP4 inputs draw in Float and round.
+_RANDOM_DTYPES = (DataType.Double, DataType.Float, DataType.Half, DataType.BFloat16)
+
 for _name, _fn in _RANDOM_UNARY.items():
-    _register_unary(_name, _fn, lambda dt: (dt, dt), "real_float")
+    _register_unary(_name, _fn, lambda dt: (dt, dt if dt in _RANDOM_DTYPES else DataType.Float), "real_float")
 
 # ATen defines these only for real numbers (sign bits and signed infinities do not exist for complex).
 _REAL_ONLY_BOOL_UNARY = {"isneginf", "isposinf", "signbit"}
