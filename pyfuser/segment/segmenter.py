@@ -103,10 +103,11 @@ def segment_fusion(fusion: Fusion) -> SegmentedFusion:
         if pick is None:
             pick = next((e for e in ready if kind[id(e)] == current_kind), None)
         if pick is None:
-            if current:
-                groups.append((current_kind, current))
             pick = min(ready, key=lambda e: position[id(e)])
-            current_kind, current = kind[id(pick)], []
+            if current_kind is not None:  # a group of only scalar exprs simply takes on the new kind
+                groups.append((current_kind, current))
+                current = []
+            current_kind = kind[id(pick)]
         current.append(pick)
         done.add(id(pick))
         remaining.remove(pick)
