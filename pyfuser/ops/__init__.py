@@ -3,5 +3,6 @@
 from . import registry  # noqa: F401
 from . import elementwise  # noqa: F401
 from . import shape  # noqa: F401
+from . import matmul  # noqa: F401
 from . import reduction  # noqa: F401
 from .registry import OpDef, OpKind, OpResult, all_ops, get, register  # noqa: F401
