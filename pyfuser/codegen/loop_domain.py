@@ -102,6 +102,8 @@ def build_loop_domain(exprs: list[Expr], reference: Optional[TensorView] = None,
         if e.op.kind is OpKind.REDUCTION:
             inp = next(v for v in e.inputs if isinstance(v, TensorView))
             these = {uf.find((id(inp), d)) for d in e.op.reduced_dims(e)}
+            if not these:  # reducing no dims is a copy
+                continue
             if reduced and these != reduced:
                 raise NotFusable("reductions over different dims in one segment")
             reduced = these

@@ -104,7 +104,7 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
     inputs = [v for v in segment.inputs if isinstance(v, TensorView)]
     if not outputs:
         raise NotFusable("segment has no tensor outputs")
-    reduction = next((e for e in kernel_exprs if e.op.kind is OpKind.REDUCTION), None)
+    reduction = next((e for e in kernel_exprs if e.op.kind is OpKind.REDUCTION and e.op.reduced_dims(e)), None)
     if reduction is not None:
         reference = next(v for v in reduction.inputs if isinstance(v, TensorView))
         ref_meta = next((metas[id(t)] for t in inputs if t.ndim == reference.ndim), None)

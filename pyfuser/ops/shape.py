@@ -40,6 +40,7 @@ from .common import (
     operand_dtype,
     require_tensor,
 )
+from ..codegen.lowering import identity_view
 from .registry import OpKind, OpResult, register
 
 # This module defines an op named ``slice``; evaluators need Python's.
@@ -130,6 +131,40 @@ def size(arg, dim: int):
     return OpResult([new_scalar(fusion_of("size", tv), DataType.Int)], (tv,), {"dim": d})
 
 
+
+# --------------------------------------------------------------------------------------------------------------
+# loop maps: inside a generated kernel a view op only re-indexes, so its lowering is the identity and its
+# loop map says which output dim is which input dim.
+
+
+def _pairs(node, out_in):
+    out, inp = node.outputs[0], node.inputs[0]
+    return [((out, o), (inp, i)) for o, i in out_in]
+
+
+def _broadcast_loop_map(node):
+    kept = [o for o, b in enumerate(node.kwargs["is_broadcast_dim"]) if not b]
+    return _pairs(node, zip(kept, range(len(kept))))
+
+
+def _broadcast_in_dim_loop_map(node):
+    return _pairs(node, ((o, i) for i, o in enumerate(node.kwargs["broadcast_dims"])))
+
+
+def _expand_loop_map(node):
+    new = node.outputs[0].ndim - node.inputs[0].ndim
+    return _pairs(node, ((i + new, i) for i in range(node.inputs[0].ndim)))
+
+
+def _permute_loop_map(node):
+    return _pairs(node, enumerate(node.kwargs["dims"]))
+
+
+def _squeeze_loop_map(node):
+    kept = [d for d in range(node.inputs[0].ndim) if d not in node.kwargs["dims"]]
+    return _pairs(node, enumerate(kept))
+
+
 # --------------------------------------------------------------------------------------------------------------
 # broadcast, broadcast_in_dim, expand
 
@@ -139,7 +174,7 @@ def _broadcast_eval(node, arg, is_broadcast_dim):
     return arg[tuple(None if b else _py_slice(None) for b in is_broadcast_dim)]
 
 
-@register("broadcast", OpKind.VIEW, _broadcast_eval)
+@register("broadcast", OpKind.VIEW, _broadcast_eval, lower=identity_view, loop_map=_broadcast_loop_map)
 def broadcast(arg, is_broadcast_dim):
     """fd.ops.broadcast(arg, is_broadcast_dim): one flag per output dim; True inserts a new size-1 dim."""
     op = "broadcast"
@@ -161,7 +196,9 @@ def _broadcast_in_dim_eval(node, arg, shape, broadcast_dims):
     return view.expand(list(shape))
 
 
-@register("broadcast_in_dim", OpKind.VIEW, _broadcast_in_dim_eval)
+@register(
+    "broadcast_in_dim", OpKind.VIEW, _broadcast_in_dim_eval, lower=identity_view, loop_map=_broadcast_in_dim_loop_map
+)
 def broadcast_in_dim(arg, shape, broadcast_dims):
     """fd.ops.broadcast_in_dim(arg, shape, broadcast_dims): input dim j becomes output dim broadcast_dims[j]
     (strictly increasing); the other output dims are new broadcasts; the result is expanded to ``shape``."""
@@ -194,7 +231,7 @@ def _expand_eval(node, arg, shape):
     return arg.expand(list(shape))
 
 
-@register("expand", OpKind.VIEW, _expand_eval)
+@register("expand", OpKind.VIEW, _expand_eval, lower=identity_view, loop_map=_expand_loop_map)
 def expand(arg, shape):
     """fd.ops.expand(arg, shape): torch.expand; -1 keeps a dim, new leading dims are broadcasts."""
     op = "expand"
@@ -263,7 +300,7 @@ def _permute_eval(node, arg, dims):
     return arg.permute(list(dims))
 
 
-@register("permute", OpKind.VIEW, _permute_eval)
+@register("permute", OpKind.VIEW, _permute_eval, lower=identity_view, loop_map=_permute_loop_map)
 def permute(arg, dims):
     """fd.ops.permute(arg, dims): output dim i is input dim dims[i]."""
     op = "permute"
@@ -281,7 +318,7 @@ def _squeeze_eval(node, arg, dims, squeeze_expanded=False):
     return arg[tuple(0 if d in drop else _py_slice(None) for d in range(arg.dim()))]
 
 
-@register("squeeze", OpKind.VIEW, _squeeze_eval)
+@register("squeeze", OpKind.VIEW, _squeeze_eval, lower=identity_view, loop_map=_squeeze_loop_map)
 def squeeze(arg, dims, squeeze_expanded: bool = False):
     """fd.ops.squeeze(arg, dims, squeeze_expanded=False): remove broadcast dims; an expanded broadcast dim is
     removed only with squeeze_expanded=True (its values are all equal, so the result is index 0)."""
@@ -520,7 +557,8 @@ def _stride_order_eval(node, arg, stride_order):
     return out
 
 
-@register("stride_order", OpKind.POINTWISE, _stride_order_eval)
+# In a kernel the copy is the store itself: the output is allocated with the requested strides.
+@register("stride_order", OpKind.POINTWISE, _stride_order_eval, lower=identity_view)
 def stride_order(arg, stride_order):
     """fd.ops.stride_order(arg, stride_order): a copy whose strides follow ``stride_order`` (stride_order[i] is
     the rank of dim i's stride, 0 = fastest), as in define_tensor."""

@@ -1,0 +1,64 @@
+"""Helpers that op modules use to declare their Triton lowering next to their ATen evaluator.
+
+``elementwise(template)`` lowers an op whose evaluator casts operands to ``node.info["cast"]`` dtypes, applies
+a function and casts to the output dtype: the template is that function in Triton ({0}, {1}, ... are operands).
+Complex dtypes have no Triton form: such nodes make their segment fall back to ATen.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ..ir.dtypes import to_torch_dtype
+from .kernel_builder import KernelBuilder, KValue
+from .loop_domain import NotFusable
+
+
+def _operand(kb: KernelBuilder, x, dtype: Optional[torch.dtype]) -> KValue:
+    if isinstance(x, KValue):
+        return x if dtype is None else kb.cast(x, dtype)
+    if isinstance(x, complex):
+        raise NotFusable("complex scalars have no Triton lowering")
+    return kb.const(x, dtype if dtype is not None else _literal_dtype(x))
+
+
+def _literal_dtype(x) -> torch.dtype:
+    if isinstance(x, bool):
+        return torch.bool
+    if isinstance(x, int):
+        return torch.int64
+    return torch.float32
+
+
+def out_dtype(node, i: int = 0) -> torch.dtype:
+    return to_torch_dtype(node.outputs[i].dtype)
+
+
+def check_real(node) -> None:
+    for v in list(node.inputs) + list(node.outputs):
+        dt = to_torch_dtype(v.dtype) if hasattr(v, "dtype") else None
+        if dt is not None and dt.is_complex:
+            raise NotFusable(f"fd.ops.{node.op.name} on complex values has no Triton lowering")
+
+
+def elementwise(template: str, result: str = "compute", float_template: Optional[str] = None):
+    """Lowering from a Triton template. ``result``: the template's dtype, "compute" (the first operand's cast
+    dtype) or "bool". ``float_template`` replaces ``template`` when computing in a floating dtype."""
+
+    def lower(node, kb: KernelBuilder, *args):
+        check_real(node)
+        casts = node.info.get("cast") or [None] * len(args)
+        vals = [_operand(kb, a, c) for a, c in zip(args, casts)]
+        compute = vals[0].dtype if vals else out_dtype(node)
+        tpl = float_template if (float_template and compute.is_floating_point) else template
+        r = kb.op(tpl, vals, torch.bool if result == "bool" else compute)
+        return kb.cast(r, out_dtype(node))
+
+    return lower
+
+
+def identity_view(node, kb: KernelBuilder, x, *args, **kwargs):
+    """View ops inside a kernel only re-index: the loop domain maps their dims, the value is unchanged."""
+    return x
