@@ -5,4 +5,7 @@ from . import elementwise  # noqa: F401
 from . import shape  # noqa: F401
 from . import matmul  # noqa: F401
 from . import reduction  # noqa: F401
+from . import indexing  # noqa: F401
+from . import factory  # noqa: F401
+from . import misc  # noqa: F401
 from .registry import OpDef, OpKind, OpResult, all_ops, get, register  # noqa: F401

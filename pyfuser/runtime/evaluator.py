@@ -6,7 +6,8 @@ evaluators run on meta tensors) and the reference every other executor is compar
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+import contextvars
+from typing import Any, Iterable, Optional, Sequence
 
 import torch
 
@@ -16,7 +17,15 @@ from ..ir.nodes import Expr, Scalar, Val, Vector
 
 
 class Env(dict):
-    """Runtime values keyed by id(Val). Constant scalars resolve to their value without an entry."""
+    """Runtime values keyed by id(Val). Constant scalars resolve to their value without an entry.
+
+    ``device`` is the device the run happens on (see :func:`bind_inputs`). Ops without tensor operands
+    (factories) read it through :func:`run_device`, since nothing else tells them where to allocate.
+    """
+
+    def __init__(self, *args, device: Optional[torch.device] = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.device = device
 
     def value(self, v: Val) -> Any:
         try:
@@ -41,15 +50,35 @@ def resolve(obj: Any, env: Env) -> Any:
     return obj
 
 
+# The device of the run in progress, visible to evaluators (which receive values, not the Env).
+_RUN_DEVICE: contextvars.ContextVar[Optional[torch.device]] = contextvars.ContextVar("pyfuser_run_device", default=None)
+
+
+def default_device() -> torch.device:
+    """Where a fusion without tensor inputs runs: the current CUDA device, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def run_device() -> torch.device:
+    """The device of the expression being evaluated ("meta" during meta inference)."""
+    device = _RUN_DEVICE.get()
+    return default_device() if device is None else device
+
+
 def run_expr(expr: Expr, env: Env) -> None:
     args = resolve(expr.args, env)
     kwargs = resolve(expr.kwargs, env)
+    token = _RUN_DEVICE.set(env.device)
     try:
         result = expr.op.run(expr, args, kwargs)
     except PyfuserError:
         raise
     except (RuntimeError, ValueError, TypeError, IndexError) as e:
         raise FusionExecutionError(f"fd.ops.{expr.op.name} ({', '.join(o.name for o in expr.outputs)}) failed: {e}") from e
+    finally:
+        _RUN_DEVICE.reset(token)
     outs = expr.outputs
     if len(outs) == 1:
         result = (result,)
@@ -65,10 +94,19 @@ def run_exprs(exprs: Iterable[Expr], env: Env) -> None:
         run_expr(e, env)
 
 
-def bind_inputs(fusion: Fusion, flat_inputs: Sequence[Any]) -> Env:
-    env = Env()
+def bind_inputs(fusion: Fusion, flat_inputs: Sequence[Any], device: Optional[torch.device] = None) -> Env:
+    """Bind inputs by position. The run's device is ``device`` if given, else that of the first tensor input
+    that is not a CPU scalar (``is_cpu``), else "meta" if any tensor input is a meta tensor (meta inference of
+    a fusion whose only tensors are CPU scalars), else :func:`default_device`."""
+    env = Env(device=None if device is None else torch.device(device))
     for v, x in zip(fusion.inputs, flat_inputs):
         env[id(v)] = x
+    if env.device is None:
+        tensors = [(v, x) for v, x in zip(fusion.inputs, flat_inputs) if isinstance(x, torch.Tensor)]
+        device = next((x.device for v, x in tensors if not getattr(v, "is_cpu", False)), None)
+        if device is None and any(x.device.type == "meta" for _, x in tensors):
+            device = torch.device("meta")
+        env.device = device if device is not None else default_device()
     return env
 
 
