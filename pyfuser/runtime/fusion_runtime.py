@@ -9,7 +9,7 @@ import torch
 from ..errors import FusionExecutionError
 from ..ir.nodes import TensorView
 from ..segment.segmenter import SchedulerKind, Segment, SegmentedFusion
-from .evaluator import Env, bind_inputs, collect_outputs
+from .evaluator import Env, bind_inputs, collect_outputs, default_device
 from .kernel_executor import AtenSegmentExecutor, build_segment_executor
 from .layouts import TensorLayout
 from .meta_inference import infer_layouts
@@ -23,7 +23,7 @@ def run_device(flat_inputs: Sequence[Any], device=None) -> torch.device:
     for x in flat_inputs:
         if isinstance(x, torch.Tensor) and not (x.device.type == "cpu" and x.dim() == 0):
             return x.device
-    return torch.device("cpu")
+    return default_device()
 
 
 class FusionRuntime:
@@ -62,7 +62,7 @@ class FusionRuntime:
 
     def run(self, flat_inputs: Sequence[Any]) -> list:
         fusion = self.segmented.fusion
-        env = bind_inputs(fusion, flat_inputs)
+        env = bind_inputs(fusion, flat_inputs, self.device)
         with torch.no_grad():
             for seg, executor in zip(self.segmented.segments, self.executors):
                 executor.run(env)

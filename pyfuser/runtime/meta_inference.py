@@ -34,7 +34,7 @@ def to_meta(x: Any) -> Any:
 def infer_layouts(segmented: SegmentedFusion, flat_inputs: Sequence[Any], options: Options) -> dict[int, TensorLayout]:
     """id(TensorView) -> inferred layout, for every tensor a segment hands to a later segment or returns."""
     fusion = segmented.fusion
-    env: Env = bind_inputs(fusion, [to_meta(x) for x in flat_inputs])
+    env: Env = bind_inputs(fusion, [to_meta(x) for x in flat_inputs], device="meta")
     layouts: dict[int, TensorLayout] = {}
     with torch.no_grad():
         for seg in segmented.segments:
