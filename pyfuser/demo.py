@@ -243,6 +243,11 @@ def _timed(fn, device: torch.device):
     return result, (time.perf_counter() - start) * 1e3
 
 
+def _best_of(n: int, fn, device: torch.device) -> float:
+    """The fastest of ``n`` timed calls, in ms (warm calls: what a steady-state step costs)."""
+    return min(_timed(fn, device)[1] for _ in range(n))
+
+
 def _fmt_layout(layout) -> str:
     order = "" if layout.alloc_order is None else f" alloc_order={list(layout.alloc_order)}"
     return f"sizes={list(layout.sizes)} strides={list(layout.strides)} contiguity={list(layout.contiguity)}{order}"
@@ -268,23 +273,26 @@ def run_case(case: Case, device: torch.device, sz: dict, out: TextIO, first_in_p
     inputs = case.make_inputs(sz, device)
     try:
         fd, t_define = _timed(lambda: _define(case, inputs, sz), device)
+    except Exception as e:  # report and carry on with the other cases
+        p(f"FAIL {case.key}: defining the fusion raised {type(e).__name__}: {e}")
+        return "FAIL"
+    p("\nfusion definition (repr(fd)):")
+    p(repr(fd).rstrip())
+    try:
         run_inputs = _fresh_inputs(inputs)
         outs, t_first = _timed(lambda: fd.execute(run_inputs), device)
-        _, t_cached = min((_timed(lambda: fd.execute(_fresh_inputs(inputs)), device) for _ in range(3)), key=lambda r: r[1])
+        t_cached = _best_of(3, lambda: fd.execute(_fresh_inputs(inputs)), device)
+        _print_segments(fd, p)
+        _print_layouts(case, fd, inputs, sz, p)
         # A separate run with check_layouts compares every segment output with its meta-inferred layout.
-        fd_checked = _define(case, inputs, sz)
-        fd_checked.execute(_fresh_inputs(inputs), _enable_options=["check_layouts"])
-    except Exception as e:  # report and carry on with the other cases
-        p(f"FAIL {case.key}: {type(e).__name__}: {e}")
+        _define(case, inputs, sz).execute(_fresh_inputs(inputs), _enable_options=["check_layouts"])
+    except Exception as e:
+        p(f"FAIL {case.key}: execute raised {type(e).__name__}: {e}")
         return "FAIL"
 
     ref_inputs = _fresh_inputs(inputs)
-    refs, t_eager = _timed(lambda: case.eager(*ref_inputs, **sz), device)
-
-    p("\nfusion definition (repr(fd)):")
-    p(repr(fd).rstrip())
-    _print_segments(fd, p)
-    _print_layouts(case, fd, inputs, sz, p)
+    refs = case.eager(*ref_inputs, **sz)
+    t_eager = _best_of(3, lambda: case.eager(*_fresh_inputs(inputs), **sz), device)
 
     p("\noutputs: pyfuser | eager")
     ok = len(outs) == len(refs)
@@ -305,8 +313,8 @@ def run_case(case: Case, device: torch.device, sz: dict, out: TextIO, first_in_p
         )
     p("  segment outputs match their inferred layouts at run time (check_layouts): PASS")
     p(
-        f"\ntime: define {t_define:.1f} ms, first execute (segmentation + meta inference + run) {t_first:.1f} ms, "
-        f"cached execute {t_cached:.1f} ms, eager {t_eager:.1f} ms"
+        f"\ntime: define {t_define:.1f} ms, first execute (builds the runtime) {t_first:.1f} ms"
+        f", cached execute {t_cached:.1f} ms, eager {t_eager:.1f} ms"
     )
     if first_in_process:
         p("      (the first fusion in a process also pays torch's one-time set-up of its meta kernels)")
@@ -323,11 +331,21 @@ def _define(case: Case, inputs: list, sz: dict) -> FusionDefinition:
 
 def _print_segments(fd: FusionDefinition, p) -> None:
     p("\nsegments:")
-    for seg in fd.segments():
+    runtime = fd.last_runtime()
+    for seg, executor in zip(runtime.segments, runtime.executors):
         ins = ", ".join(v.name for v in seg.inputs)
         outs = ", ".join(v.name for v in seg.outputs)
         ops = ", ".join(e.op.name for e in seg.exprs)
         p(f"  {seg.index}: {seg.kind.value:<16} ({ins}) -> ({outs})  ops: {ops}")
+        p(f"     runs as: {_executor_summary(executor)}")
+
+
+def _executor_summary(executor) -> str:
+    """A generated Triton kernel (by name), or ATen with the runtime's reason for not generating one."""
+    plan = getattr(executor, "plan", None)
+    if plan is not None:
+        return f"generated Triton kernel {plan.name} (grid {plan.grid})"
+    return f"ATen, op by op ({executor.reason})"
 
 
 def _print_layouts(case: Case, fd: FusionDefinition, inputs: list, sz: dict, p) -> None:
