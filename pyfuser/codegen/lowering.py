@@ -13,7 +13,7 @@ import torch
 
 from ..ir.dtypes import to_torch_dtype
 from .kernel_builder import KernelBuilder, KValue
-from .loop_domain import NotFusable
+from ..segment.loop_domain import NotFusable
 
 
 def _operand(kb: KernelBuilder, x, dtype: Optional[torch.dtype]) -> KValue:

@@ -22,7 +22,7 @@ from ..ir.dtypes import to_torch_dtype
 from ..ir.nodes import Scalar, TensorView, Vector
 from ..ops.registry import OpKind
 from .kernel_builder import KernelBuilder, TensorParam, kernel_source
-from .loop_domain import LoopDomain, NotFusable, build_loop_domain
+from ..segment.loop_domain import LoopDomain, NotFusable, build_loop_domain
 
 MAX_PERSISTENT_COLS = 16384
 INT32_MAX = 2**31 - 1

@@ -164,7 +164,7 @@ def _lower_moments(node, kb, x):
 def _lower_var_mean(node, kb, arg, dims, correction=1, keepdim=False):
     x = _lower_input(node, kb, arg)
     if not dims:
-        from ..codegen.loop_domain import NotFusable
+        from ..segment.loop_domain import NotFusable
 
         raise NotFusable("var over no dims")
     mean, m2, n = _lower_moments(node, kb, x)

@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from ..codegen.compiler import load_kernel
-from ..codegen.loop_domain import NotFusable
+from ..segment.loop_domain import NotFusable
 from ..codegen.plan import KernelPlan, TensorMeta, plan_kernel, segment_metas
 from ..ir.nodes import Scalar, Vector
 from .evaluator import Env, run_expr, run_exprs
