@@ -260,12 +260,14 @@ _register_unary("imag", _fresh(torch.imag), _real_imag_rule, "complex")
 
 
 def _logical_right_shift(x, n):
-    # Shift as if x were unsigned: an arithmetic shift followed by masking off the sign-extended bits.
+    # Shift as if x were unsigned: an arithmetic shift, then clear the sign-extended high bits with a mask of
+    # the low (bits - n) bits. torch defines 1 << bits as 0, so n == 0 gives the all-ones mask 0 - 1.
+    # `shifted` is the first operand of every later op, so the result has the layout of a single pointwise
+    # op on (x, n), as eager would give.
     bits = x.element_size() * 8
     shifted = torch.bitwise_right_shift(x, n)
-    n_b = torch.broadcast_to(n, shifted.shape) if isinstance(n, torch.Tensor) else n
-    mask = torch.bitwise_left_shift(torch.ones_like(shifted), bits - n_b) - 1
-    return torch.where(n_b == 0, shifted, torch.bitwise_and(shifted, mask))
+    mask = torch.bitwise_left_shift(torch.ones_like(shifted), bits - n) - 1
+    return torch.bitwise_and(shifted, mask)
 
 
 def _int_div(a, b):
