@@ -90,8 +90,11 @@ class FusionDefinition:
         is listed in allocation order; None marks a broadcast (expanded when its extent is not 1).
         """
         if sizes is not None or strides is not None:
-            if shape is not None:
-                raise FusionDefinitionError("define_tensor: give either shape/contiguity or sizes/strides, not both")
+            if shape is not None or contiguity is not None or len(stride_order):
+                # The layout comes from the strides; a second description of it would be silently ignored.
+                raise FusionDefinitionError(
+                    "define_tensor: give either shape/contiguity/stride_order or sizes/strides, not both"
+                )
             return self._define_from_strides(sizes, strides, dtype, static_sizes, is_cpu)
         if shape is None:
             raise FusionDefinitionError("define_tensor: 'shape' (or 'sizes' and 'strides') is required")
@@ -108,6 +111,8 @@ class FusionDefinition:
         return dtype
 
     def _check_shape(self, shape) -> list[int]:
+        if not isinstance(shape, (list, tuple, torch.Size)):
+            raise FusionDefinitionError(f"define_tensor: shape must be a list of ints, got {type(shape).__name__}")
         shape = list(shape)
         for i, s in enumerate(shape):
             if not isinstance(s, numbers.Integral) or isinstance(s, bool) or s < -1:
@@ -123,6 +128,10 @@ class FusionDefinition:
         if contiguity is None or isinstance(contiguity, bool):
             flag = bool(contiguity)
             contiguity = [None if shape[d] == 1 else flag for d in order]
+        if not isinstance(contiguity, (list, tuple)):
+            raise FusionDefinitionError(
+                f"define_tensor: contiguity must be a bool or a list of True/False/None, got {type(contiguity).__name__}"
+            )
         contiguity = list(contiguity)
         if len(contiguity) != rank:
             raise FusionDefinitionError(f"define_tensor: contiguity has {len(contiguity)} entries but shape has rank {rank}")
@@ -154,6 +163,11 @@ class FusionDefinition:
         sizes, strides = list(sizes), list(strides)
         if len(sizes) != len(strides):
             raise FusionDefinitionError(f"define_tensor: {len(sizes)} sizes but {len(strides)} strides")
+        for what, values in (("sizes", sizes), ("strides", strides)):
+            for i, v in enumerate(values):
+                # Real tensor sizes: -1 would otherwise pass as a symbolic extent.
+                if not isinstance(v, numbers.Integral) or isinstance(v, bool) or (what == "sizes" and v < 0):
+                    raise FusionDefinitionError(f"define_tensor: {what}[{i}]={v!r} must be an int >= 0")
         try:
             contiguity, stride_order = compute_tensor_descriptor(sizes, strides)
         except ValueError as e:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Optional, Sequence
 
 
@@ -57,9 +58,9 @@ def alloc_order_from_stride_order(stride_order: Sequence[int], rank: int, what: 
         raise FusionDefinitionError(f"{what} has {len(order)} entries but the tensor has rank {rank}")
     norm = []
     for i, s in enumerate(order):
-        if not isinstance(s, int) or isinstance(s, bool) or not -rank <= s < rank:
+        if not isinstance(s, numbers.Integral) or isinstance(s, bool) or not -rank <= s < rank:
             raise FusionDefinitionError(f"{what}[{i}]={s!r} is out of range for rank {rank}")
-        norm.append(s % rank)
+        norm.append(int(s) % rank)
     if len(set(norm)) != rank:
         raise FusionDefinitionError(f"{what}={order} has duplicate entries")
     alloc = [0] * rank
