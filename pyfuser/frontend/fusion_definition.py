@@ -193,13 +193,13 @@ class FusionDefinition:
 
     def define_scalar(self, value: Any = None, dtype: Any = _NO_DTYPE) -> Scalar:
         """A constant (value given) or a symbolic scalar input (value None, default dtype Double)."""
+        if value is not None and (isinstance(value, Val) or not isinstance(value, (numbers.Number, bool))):
+            raise FusionDtypeError(f"define_scalar: value must be a Python number or None, got {type(value).__name__}")
         if dtype is _NO_DTYPE:
             dtype = DataType.Double if value is None else literal_dtype(value)
         if not isinstance(dtype, DataType) or dtype is DataType.Null:
             raise FusionDtypeError(f"define_scalar: dtype must be a DataType, got {dtype!r}")
         if value is not None:
-            if isinstance(value, Val) or not isinstance(value, (numbers.Number, bool)):
-                raise FusionDtypeError(f"define_scalar: value must be a Python number or None, got {type(value).__name__}")
             value = _coerce_scalar(value, dtype)
         s = Scalar(self.fusion, dtype, value)
         s.declared = True
@@ -211,12 +211,19 @@ class FusionDefinition:
     def define_vector(self, values: Union[int, Sequence[Any]], dtype: DataType = DataType.Int) -> Vector:
         """``define_vector(n)``: n symbolic Int inputs (bound from a flattened list at execute);
         ``define_vector([..])``: a vector of ints / Int scalars."""
+        if dtype not in (DataType.Int, DataType.Int32, DataType.Index):
+            raise FusionDtypeError(f"define_vector: dtype must be an integer DataType, got {dtype!r}")
         if isinstance(values, numbers.Integral) and not isinstance(values, bool):
+            if values < 0:
+                raise FusionDefinitionError(f"define_vector: the number of elements must be >= 0, got {values}")
             elements = [self.define_scalar(None, dtype=dtype) for _ in range(int(values))]
         else:
             elements = []
             for i, v in enumerate(values):
                 if isinstance(v, Scalar):
+                    # Vectors are shapes: a Double element could not be an extent.
+                    if v.dtype not in (DataType.Int, DataType.Int32, DataType.Index):
+                        raise FusionDtypeError(f"define_vector: element {i} ({v.name}) is {v.dtype!r}, not an integer")
                     elements.append(v)
                 elif isinstance(v, numbers.Integral) and not isinstance(v, bool):
                     elements.append(Scalar(self.fusion, dtype, int(v)))
@@ -311,6 +318,8 @@ class FusionDefinition:
 
 
 def _coerce_scalar(value, dtype: DataType):
+    if isinstance(value, complex) and dtype not in (DataType.ComplexFloat, DataType.ComplexDouble):
+        raise FusionDtypeError(f"define_scalar: complex value {value!r} cannot have dtype {dtype!r}")
     if dtype is DataType.Bool:
         return bool(value)
     if dtype in (DataType.Int, DataType.Int32, DataType.Index, DataType.UInt64):
