@@ -70,7 +70,6 @@ class InputBinder:
         dt = v.dtype
         if isinstance(x, torch.Tensor):
             raise InputTypeError(f"input {pos} ({v.name}) must be a {dt!r} scalar, got {_describe(x)}")
-        ok = isinstance(x, numbers.Number)
         if dt is DataType.Bool:
             ok = isinstance(x, bool)
         elif dt in INTEGRAL:
@@ -81,6 +80,11 @@ class InputBinder:
             ok = isinstance(x, numbers.Real) and not isinstance(x, bool)
         if not ok:
             raise InputTypeError(f"input {pos} ({v.name}) must be a {dt!r} scalar, got {_describe(x)}")
+        if dt in _INT_RANGES:
+            # Out-of-range ints would otherwise fail (or wrap) deep inside an op at run time.
+            lo, hi = _INT_RANGES[dt]
+            if not lo <= x <= hi:
+                raise InputValidationError(f"input {pos} ({v.name}) must be a {dt!r} scalar in [{lo}, {hi}], got {x}")
 
     def _check_tensor(self, pos: int, tv: TensorView, x: Any) -> None:
         name = f"input {pos} ({tv.name})"
@@ -133,6 +137,14 @@ class InputBinder:
                 )
             expected = st * n
             inner_dim = d
+
+
+_INT_RANGES = {
+    DataType.Int: (-(2**63), 2**63 - 1),
+    DataType.Index: (-(2**63), 2**63 - 1),
+    DataType.Int32: (-(2**31), 2**31 - 1),
+    DataType.UInt64: (0, 2**64 - 1),
+}
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
