@@ -574,8 +574,13 @@ def test_sdpfa_flash_dropout_round_trip_cuda(dtype):
 
     out, lse, seed, offset, dq, dk, dv = run(0.3)
     assert seed.dtype == torch.uint64 and seed.shape == (2,) and seed.device.type == "cuda"
+    assert offset.dtype == torch.uint64 and offset.shape == ()
     assert out.stride() == q.stride() and dq.stride() == q.stride() and dk.stride() == k.stride()
     assert all(torch.isfinite(t.float()).all() for t in (out, dq, dk, dv))
+    # out = P_drop @ v and dv = P_dropᵀ @ grad, so <grad, out> = <dv, v> exactly when the backward replays the
+    # forward's dropout mask (another mask gives an unrelated value).
+    lhs, rhs = (grad.double() * out.double()).sum(), (dv.double() * v.double()).sum()
+    torch.testing.assert_close(lhs, rhs, atol=1.0, rtol=2e-2)
     out0, _, seed0, _, dq0, dk0, dv0 = run(0.0)
     assert bool((seed0.view(torch.int64) == 0).all())  # no dropout: placeholders
     for got, want in zip((dq0, dk0, dv0), ref_grads(q, k, v, grad, is_causal=True)):

@@ -22,7 +22,8 @@ dropout, no bias/mask). Everything else runs the math formulation below, compute
 inputs). ``bias`` (additive float) and ``mask`` (Bool, True = attend) are supported through the math path only.
 The backward without the flash kernel is the analytic flash backward (it uses the given ``output`` and
 ``log_sumexp``); it cannot replay dropout, so it raises UnsupportedOpError for dropout_p > 0.
-Seed and offset are the kernel's philox state when the CUDA flash kernel ran with dropout, zeros otherwise.
+The seed is the CUDA flash kernel's philox state (torch's UInt64 [2] ``rng_state``: seed and offset) when it ran
+with dropout, zeros otherwise; the offset output is always zero (torch's matching output is unused).
 """
 
 from __future__ import annotations
@@ -377,14 +378,10 @@ def _flash_fwd(query, key, value, scale, dropout_p, is_causal):
 
 def _philox_state(rng_state, unused):
     # torch >= 2.7 returns the philox (seed, offset) pair as one UInt64 [2] tensor plus an unused UInt64 [];
-    # that is the form nvFuser's sdpfa_fwd outputs and sdpfa_bwd consumes.
-    if (
-        isinstance(rng_state, torch.Tensor)
-        and rng_state.dtype == torch.uint64
-        and tuple(rng_state.shape) == (2,)
-        and isinstance(unused, torch.Tensor)
-    ):
-        return rng_state, unused.to(torch.uint64).reshape(())
+    # that is the form nvFuser's sdpfa_fwd outputs and sdpfa_bwd consumes. The unused tensor is uninitialized
+    # memory (the backward ignores it), so a zero takes its place to keep outputs deterministic.
+    if isinstance(rng_state, torch.Tensor) and rng_state.dtype == torch.uint64 and tuple(rng_state.shape) == (2,):
+        return rng_state, torch.zeros((), dtype=torch.uint64, device=rng_state.device)
     raise UnsupportedOpError(
         "fd.ops.sdpfa_fwd: this torch's flash kernel returns its dropout RNG state in an older form "
         f"({getattr(rng_state, 'dtype', type(rng_state))}); dropout needs torch >= 2.7"
