@@ -553,6 +553,15 @@ def test_repr_special_floats_round_trip():
     check_fusion(fusion, [x, x], lambda x, y: [x + float("inf") * float("nan") - 0.0, y * 1e-300])
 
 
+def test_repr_prints_numpy_scalars_as_python_numbers():
+    np = pytest.importorskip("numpy")
+    x = make((2, 3))
+    fusion = lambda fd: fd.add_output(fd.ops.add(fd.ops.mul(fd.from_pytorch(x), np.float32(2.5)), np.int64(3)))  # noqa: E731
+    text = repr(define(fusion))
+    assert "fd.ops.mul(T0, 2.5)" in text and "fd.ops.add(T1, 3)" in text
+    check_fusion(fusion, [x], lambda x: x * 2.5 + 3)
+
+
 def test_empty_definition_repr():
     assert "empty" in repr(FusionDefinition())
 

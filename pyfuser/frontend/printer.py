@@ -7,6 +7,7 @@ inputs, ops, attributes, dtypes and outputs.
 from __future__ import annotations
 
 import math
+import numbers
 
 from ..ir.dtypes import DataType
 from ..ir.fusion import Fusion
@@ -22,6 +23,14 @@ def format_value(v) -> str:
         return f"DataType.{v.name}"
     if isinstance(v, bool) or v is None:
         return repr(v)
+    # numpy (or other non-builtin) numbers would print as e.g. np.float32(2.5), which the printed definition
+    # cannot evaluate; print them as the Python number they stand for.
+    if isinstance(v, numbers.Integral):
+        v = int(v)
+    elif isinstance(v, numbers.Real):
+        v = float(v)
+    elif isinstance(v, numbers.Complex):
+        v = complex(v)
     if isinstance(v, float):
         return format_float(v)
     if isinstance(v, complex):
