@@ -798,6 +798,17 @@ def test_threshold(dtype):
     assert out.dtype == dtype
 
 
+@pytest.mark.parametrize("th", [-0.5, 0.7, -2])
+def test_threshold_of_ints_truncates_the_threshold(th):
+    x = torch.tensor([[-2, -1, 0, 1, 2]], device=DEVICE)
+    out = check_fusion(
+        lambda fd: fd.add_output(fd.ops.threshold(fd.from_pytorch(x), th, 7)),
+        [x],
+        lambda x: torch.nn.functional.threshold(x, th, 7),
+    )[0]
+    assert out.dtype == I64
+
+
 def test_threshold_keeps_nan():
     x = torch.tensor([[float("nan"), 0.2, 0.7, 0.5]], device=DEVICE)
     out = check_fusion(

@@ -431,7 +431,9 @@ def _threshold_build(arg, threshold, value):
         check_operand("threshold", x, n)
         _check_category("threshold", x, "not_complex", n)
     dt = operand_dtype(arg)
-    c = compute_dtype(_promoted([arg, threshold, value]))
+    # threshold and value take the input's type (nvFuser casts them to it, as torch does): for an integer
+    # input, a threshold of -0.5 is 0, so 0 is replaced (comparing in Float would keep it).
+    c = compute_dtype(dt)
     info = {"cast": [_tdt(c)] * 3}
     return OpResult([_output("threshold", [arg, threshold, value], dt)], (arg, threshold, value), info=info)
 
