@@ -2,7 +2,8 @@
 
 Dtype rules (frontend.md "Result dtypes"): arithmetic results promote like PyTorch and then widen Half, BF16,
 FP8 and FP4 to Float; float unaries also turn integers into Float; relu/ceil/floor/round/trunc/frac/silu (and
-abs/sign, as in nvFuser) keep the input dtype; comparisons and is* ops give Bool. Reduced-precision inputs are always computed in Float.
+abs/sign, as in nvFuser) keep the input dtype; comparisons and is* ops give Bool. Reduced-precision inputs are
+always computed in Float.
 
 Each op's evaluator upcasts its operands to the compute dtype recorded by the builder (``node.info["cast"]``),
 runs the torch function and casts to the output dtype, which is exactly "run the op with ATen in Float".
@@ -98,7 +99,7 @@ _CATEGORIES = {
     "int_only": is_integral,
     "complex": is_complex,
     "not_complex": lambda dt: not is_complex(dt),
-    # real numbers without Bool: ATen's relu/ceil/floor/round/trunc/abs have no Bool kernels
+    # real numbers without Bool: ATen's relu/ceil/floor/round/trunc have no Bool kernels
     "real_number": lambda dt: is_integral(dt) or is_floating(dt),
     "not_bool": lambda dt: not is_boolean(dt),
     "any": lambda dt: True,
