@@ -419,6 +419,8 @@ def test_unknown_option_raises_option_error():
         fd.execute([x], _enable_options=["no_such_option"])
     with pytest.raises(OptionError, match="no_such_option"):
         fd.execute([x], _disable_options=["no_such_option"])
+    with pytest.raises(OptionError, match="list"):
+        fd.execute([x], _enable_options="check_layouts")  # a bare string is not a list of names
     # Known options are accepted and do not change the result.
     torch.testing.assert_close(fd.execute([x], _disable_options=["infer_contiguity"])[0], torch.exp(x))
     torch.testing.assert_close(fd.execute([x], _enable_options=["check_layouts"])[0], torch.exp(x))
