@@ -18,7 +18,9 @@ def _ops(args: argparse.Namespace) -> int:
 
     by_kind: dict[str, list[str]] = {}
     for name, opdef in sorted(all_ops().items()):
-        by_kind.setdefault(opdef.kind.value, []).append(name + (" (meta override)" if opdef.meta else ""))
+        marks = [m for m, has in (("meta", opdef.meta), ("triton", opdef.lower)) if has]
+        by_kind.setdefault(opdef.kind.value, []).append(name + (f" [{', '.join(marks)}]" if marks else ""))
+    print("[meta]: has a meta override for layout inference; [triton]: has a Triton lowering for generated kernels")
     for kind, names in by_kind.items():
         print(f"{kind} ({len(names)}): {', '.join(names)}")
     return 0
@@ -45,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(func=_demo)
 
-    ops = commands.add_parser("ops", help="list the registered ops by kind", description="List the registered ops.")
+    ops = commands.add_parser("ops", help="list the registered ops by kind", description="List the registered ops by kind.")
     ops.set_defaults(func=_ops)
     return parser
 
