@@ -153,3 +153,11 @@ def make(shape, dtype=torch.float32, device=DEVICE, low=None, high=None):
         hi = 1.0 if high is None else high
         t = torch.rand(shape, device=device, dtype=dtype) * (hi - lo) + lo
     return t
+
+
+def kernel_kind(op_name: str, kernel: str = "PointWise") -> str:
+    """The segment kind a single ``op_name`` gets: a generated-kernel kind when the op has a Triton lowering,
+    else ExprEval (it runs on ATen). Tests use it so they stay right as lowerings are added."""
+    from pyfuser.ops import registry
+
+    return kernel if registry.get(op_name).lower is not None else "ExprEval"

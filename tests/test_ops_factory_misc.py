@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import DEVICE, check_fusion, define, expanded, make, sliced, transposed
+from harness import kernel_kind, DEVICE, check_fusion, define, expanded, make, sliced, transposed
 from pyfuser import DataType, FusionDefinitionError, FusionDtypeError
 from pyfuser.ir.dtypes import from_torch_dtype
 from pyfuser.runtime.evaluator import bind_inputs
@@ -95,7 +95,7 @@ def test_full_dtypes(dtype, value):
     tdt = {DataType.Float: torch.float32, DataType.Double: torch.float64, DataType.Half: torch.float16,
            DataType.BFloat16: torch.bfloat16, DataType.Int: torch.int64, DataType.Int32: torch.int32,
            DataType.Bool: torch.bool, DataType.ComplexFloat: torch.complex64}[dtype]
-    outs = check_fusion(fn, [], lambda: torch.full((2, 3), value, dtype=tdt, device=DEVICE), expected_segments=["PointWise"])
+    outs = check_fusion(fn, [], lambda: torch.full((2, 3), value, dtype=tdt, device=DEVICE), expected_segments=[kernel_kind("full")])
     assert outs[0].device.type == DEVICE.type
 
 
@@ -184,7 +184,7 @@ def test_iota(dtype, start, step):
         compute = torch.float32 if tdt in (torch.bfloat16, torch.float16) else tdt
         return torch.tensor([s + i * d for i in range(6)], dtype=torch.float64, device=DEVICE).to(compute).to(tdt)
 
-    check_fusion(fn, [], ref, expected_segments=["PointWise"])
+    check_fusion(fn, [], ref, expected_segments=[kernel_kind("iota")])
 
 
 def test_iota_symbolic_length_start_step():
@@ -357,7 +357,7 @@ def test_triu_dtypes_layouts(dtype, layout):
     def fn(fd):
         fd.add_output(fd.ops.triu(define_input(fd, x, layout)))
 
-    check_fusion(fn, [x], lambda x: torch.triu(x), expected_segments=["PointWise"])
+    check_fusion(fn, [x], lambda x: torch.triu(x), expected_segments=[kernel_kind("triu")])
 
 
 @pytest.mark.parametrize("diagonal", [-2, -1, 1, 3, 9])

@@ -52,12 +52,19 @@ def _mul_combine(a, b):
 @triton.jit
 def _max_nan(a, b):
     # torch.amax propagates NaN; tl.maximum alone would drop it.
-    return tl.where((a > b) | (a != a), a, b)
+    return tl.where(a != a, a, tl.where(a > b, a, b))
 
 
 @triton.jit
 def _min_nan(a, b):
-    return tl.where((a < b) | (a != a), a, b)
+    return tl.where(a != a, a, tl.where(a < b, a, b))
+
+
+@triton.jit
+def _remainder(a, b):
+    # Python/torch remainder: the result takes the divisor's sign (Triton's % takes the dividend's).
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
 '''
 
 
@@ -123,17 +130,19 @@ class KernelBuilder:
         return self._add(KValue("load", param.dtype, full=param.has_col, param=param))
 
     def arg(self, name: str, dtype: torch.dtype) -> KValue:
+        """A scalar kernel argument, typed here: the interpreter passes Python floats unwrapped, and a
+        0-dim tensor behaves the same everywhere (e.g. in ``a != a``)."""
         if name not in self.scalar_args:
             self.scalar_args.append(name)
-        return self._add(KValue("arg", dtype, template=name))
+        return self.op(f"tl.full([], {name}, {TL_DTYPE[dtype]})", [], dtype)
 
     def const(self, value: Any, dtype: torch.dtype) -> KValue:
-        if isinstance(value, bool):
-            lit = "1" if value else "0"
-        elif isinstance(value, float):
+        """A literal converted to ``dtype`` the way a cast would (2.7 as an int is 2)."""
+        if dtype.is_floating_point:
+            value = float(value)  # also numpy scalars, whose repr is not Triton source
             lit = repr(value) if value == value and abs(value) != float("inf") else f'float("{value}")'
         else:
-            lit = repr(value)
+            lit = repr(int(value))
         return self._add(KValue("const", dtype, template=lit))
 
     def op(self, template: str, operands: list, dtype: torch.dtype) -> KValue:
@@ -146,6 +155,13 @@ class KernelBuilder:
     def cast(self, v: KValue, dtype: torch.dtype) -> KValue:
         if v.dtype == dtype:
             return v
+        if (v.dtype.is_floating_point and v.dtype.itemsize == 1) != (dtype.is_floating_point and dtype.itemsize == 1):
+            # Triton converts fp8 only to and from other floats: go through fp32.
+            if v.dtype.is_floating_point != dtype.is_floating_point or v.kind in ("arg", "const"):
+                return self.cast(self.cast(v, torch.float32), dtype)
+        if v.kind in ("arg", "const"):
+            # Scalar arguments may arrive as plain Python numbers (the interpreter passes floats unwrapped).
+            return self.op(f"tl.full([], {{0}}, {TL_DTYPE[dtype]})", [v], dtype)
         return self.op(f"{{0}}.to({TL_DTYPE[dtype]})", [v], dtype)
 
     def reduce(self, kind: str, v: KValue, dtype: Optional[torch.dtype] = None) -> KValue:
@@ -155,7 +171,7 @@ class KernelBuilder:
 
     def n_reduced(self) -> KValue:
         """The number of reduced elements per row (the product of the column extents)."""
-        return self._add(KValue("arg", torch.int64, template="n_cols"))
+        return self.op("tl.full([], n_cols, tl.int64)", [], torch.int64)
 
     def store(self, param: TensorParam, v: KValue) -> None:
         self.stores.append((param, self.cast(v, param.dtype)))
@@ -220,9 +236,9 @@ class Emitter:
         return names
 
     @staticmethod
-    def _offset(terms: list, coords: list[str]) -> str:
+    def _offset(terms: list, coords: list[str], base: str) -> str:
         if not terms:
-            return "0"
+            return f"{base} * 0"  # a block of zeros, so pointer and mask shapes agree
         return " + ".join(f"{coords[i]} * {stride}" for i, stride in terms)
 
     # --- emission ------------------------------------------------------------------------------------------
@@ -233,10 +249,11 @@ class Emitter:
             self.emit_node(o, scope, col_mask)
         if v.kind == "load":
             p = v.param
+            zero = "0.0" if p.dtype.is_floating_point else "0"  # Triton casts no int to fp8
             if p.has_col:
-                self.w(f"{v.var} = tl.load({p.name}_ptr + {p.name}_roff + {p.name}_coff, mask={col_mask}, other=0)")
+                self.w(f"{v.var} = tl.load({p.name}_ptr + {p.name}_roff + {p.name}_coff, mask={col_mask}, other={zero})")
             else:
-                self.w(f"{v.var} = tl.load({p.name}_ptr + {p.name}_roff, mask=rmask, other=0)")
+                self.w(f"{v.var} = tl.load({p.name}_ptr + {p.name}_roff, mask=rmask, other={zero})")
         elif v.kind == "op":
             self.w(f"{v.var} = {v.template.format(*[_expr(o) for o in v.operands])}")
         elif v.kind == "reduce":
@@ -258,7 +275,7 @@ class Emitter:
         ccoords = self._coords("c", "cc", [f"cs{i}" for i in range(self.n_col_dims)])
         for p in self.params:
             if p.has_col:
-                self.w(f"{p.name}_coff = {self._offset(p.col_terms, ccoords)}")
+                self.w(f"{p.name}_coff = {self._offset(p.col_terms, ccoords, 'c')}")
 
     def _store(self, p: TensorParam, v: KValue) -> None:
         if p.has_col:
@@ -290,7 +307,7 @@ class Emitter:
         self.w("rmask = r < n_rows")
         rcoords = self._coords("r", "rc", [f"rs{i}" for i in range(self.n_row_dims)])
         for p in self.params:
-            self.w(f"{p.name}_roff = {self._offset(p.row_terms, rcoords)}")
+            self.w(f"{p.name}_roff = {self._offset(p.row_terms, rcoords, 'r')}")
         # A per-row output is written once per row: by the first column block in pointwise kernels.
         self._row_store_mask = "rmask & (pid_c == 0)" if self.mode == "pointwise" else "rmask"
 

@@ -43,20 +43,41 @@ def check_real(node) -> None:
             raise NotFusable(f"fd.ops.{node.op.name} on complex values has no Triton lowering")
 
 
-def elementwise(template: str, result: str = "compute", float_template: Optional[str] = None):
-    """Lowering from a Triton template. ``result``: the template's dtype, "compute" (the first operand's cast
-    dtype) or "bool". ``float_template`` replaces ``template`` when computing in a floating dtype."""
+def elementwise(template: Optional[str], float_template: Optional[str] = None, result: str = "compute",
+                bool_ok: bool = False):
+    """Lowering from a Triton template over the cast operands ({0}, {1}, ...).
+
+    ``float_template`` replaces ``template`` when computing in a floating dtype; ``template=None`` means only
+    floats are supported. ``result``: the template's dtype, "compute" (the last operand's cast dtype, which for
+    where(pred, a, b) is that of a and b) or "bool". Arithmetic on Bool (1-bit in Triton: True + True would wrap
+    to False) is refused unless ``bool_ok``."""
 
     def lower(node, kb: KernelBuilder, *args):
         check_real(node)
         casts = node.info.get("cast") or [None] * len(args)
         vals = [_operand(kb, a, c) for a, c in zip(args, casts)]
-        compute = vals[0].dtype if vals else out_dtype(node)
+        compute = vals[-1].dtype
+        if compute == torch.bool and not bool_ok:
+            raise NotFusable(f"fd.ops.{node.op.name} on Bool has no Triton lowering")
         tpl = float_template if (float_template and compute.is_floating_point) else template
+        if tpl is None:
+            raise NotFusable(f"fd.ops.{node.op.name} on {compute} has no Triton lowering")
         r = kb.op(tpl, vals, torch.bool if result == "bool" else compute)
         return kb.cast(r, out_dtype(node))
 
     return lower
+
+
+def cast_lowering(node, kb: KernelBuilder, x, dtype=None):
+    check_real(node)
+    if not isinstance(x, KValue):
+        x = _operand(kb, x, None)
+    target = out_dtype(node)
+    if target == torch.bool and x.dtype != torch.bool:
+        if x.dtype.is_floating_point and x.dtype.itemsize == 1:  # Triton compares no fp8 with an int
+            x = kb.cast(x, torch.float32)
+        return kb.op("{0} != 0", [x], torch.bool)
+    return kb.cast(x, target)
 
 
 def identity_view(node, kb: KernelBuilder, x, *args, **kwargs):

@@ -57,10 +57,12 @@ class KernelPlan:
 
 
 def _dims_strides(tv: TensorView, meta: TensorMeta, dom: LoopDomain) -> dict:
-    """loop dim -> stride for the dims ``tv`` really walks (broadcast / size-1 dims contribute nothing)."""
+    """loop dim -> stride for the dims ``tv``'s memory really walks. Size-1 and stride-0 dims contribute
+    nothing. The actual layout decides, not the IR: e.g. the sum of an expanded tensor keeps an expanded dim in
+    the IR, but eager materializes it, so the output is written along it."""
     result = {}
-    for d, (ld, idom) in enumerate(zip(dom.dims_of[id(tv)], tv.logical)):
-        if idom.is_broadcast or meta.sizes[d] == 1:
+    for d, ld in enumerate(dom.dims_of[id(tv)]):
+        if meta.sizes[d] == 1 or meta.strides[d] == 0:
             continue
         result[ld] = meta.strides[d]
     return result
@@ -71,8 +73,7 @@ def _loop_sizes(dom: LoopDomain, metas: dict, tensors: list) -> dict:
     for tv in tensors:
         meta = metas[id(tv)]
         for d, ld in enumerate(dom.dims_of[id(tv)]):
-            if not tv.logical[d].is_broadcast or tv.logical[d].expanded:
-                sizes[ld] = max(sizes.get(ld, 1), int(meta.sizes[d]))
+            sizes[ld] = max(sizes.get(ld, 1), int(meta.sizes[d]))
     return sizes
 
 
@@ -118,6 +119,9 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
         order = allocation_order_from_strides(ref_meta.sizes, ref_meta.strides)
     dom = build_loop_domain(kernel_exprs, reference, order)
     memory = inputs + outputs
+    if any(_numel(metas[id(tv)].sizes) == 0 for tv in memory):
+        # Nothing to compute (or, for reductions over an empty dim, eager's own semantics): leave it to ATen.
+        raise NotFusable("a tensor of the segment is empty")
     for tv in memory:
         if any(ld is None for ld in dom.dims_of.get(id(tv), [])):
             raise NotFusable(f"{tv.name} is not in the loop domain")
@@ -185,7 +189,7 @@ def _lower(segment, kernel_exprs, kb: KernelBuilder, inputs, params, outputs) ->
             if obj.is_constant:
                 return obj.value
             if id(obj) not in values:
-                values[id(obj)] = kb.arg(f"s{len(scalar_vals)}", to_torch_dtype(obj.dtype))
+                values[id(obj)] = kb.arg(f"s{len(scalar_vals)}", _arg_dtype(obj))
                 scalar_vals.append(obj)
             return values[id(obj)]
         if isinstance(obj, TensorView):
@@ -207,6 +211,20 @@ def _lower(segment, kernel_exprs, kb: KernelBuilder, inputs, params, outputs) ->
     for tv, p in zip(outputs, params[len(inputs):]):
         kb.store(p, values[id(tv)])
     return scalar_vals
+
+
+def _arg_dtype(s: Scalar) -> torch.dtype:
+    """What Triton receives for a scalar argument: Python floats arrive as fp32 and bools are passed as ints."""
+    dt = to_torch_dtype(s.dtype)
+    if dt == torch.bool:
+        return torch.int32
+    if dt.is_complex:
+        raise NotFusable(f"complex scalar {s.name} has no Triton lowering")
+    if dt.is_floating_point:
+        if dt == torch.float64:
+            raise NotFusable(f"Double scalar {s.name} would be passed to Triton as fp32")
+        return torch.float32
+    return torch.int64
 
 
 def _blocks(mode: str, n_rows: int, n_cols: int, itemsize: int):

@@ -29,6 +29,10 @@ def _is_scalar_expr(e) -> bool:
     return all(isinstance(o, (Scalar, Vector)) for o in e.outputs)
 
 
+def _scalar_arg(x):
+    return int(x) if isinstance(x, bool) else x
+
+
 class AtenSegmentExecutor:
     """Evaluates a segment op by op with ATen (ExprEval segments, and kernel segments without a kernel)."""
 
@@ -67,7 +71,7 @@ class KernelSegmentExecutor:
         plan = self.plan
         outs = [torch.empty_strided(m.sizes, m.strides, dtype=m.dtype, device=self.device) for m in self.out_metas]
         if plan.n_rows * plan.n_cols > 0:
-            args = [env.value(t) for t in plan.inputs] + outs + [env.value(s) for s in plan.scalar_vals]
+            args = [env.value(t) for t in plan.inputs] + outs + [_scalar_arg(env.value(s)) for s in plan.scalar_vals]
             self.kernel[plan.grid](*args, *plan.fixed_args, **self.launch_kwargs)
         for tv, t in zip(plan.outputs, outs):
             env[id(tv)] = t

@@ -1,13 +1,14 @@
 """Splitting a fusion into segments.
 
-Two kinds of work exist: kernel work (pointwise, reduction, normalization; generated Triton kernels, or the
-ATen fallback until a kernel exists) and ExprEval work (ATen-only ops such as matmul, linear, SDPA, embedding,
-topk; and zero-copy view chains). The segmenter
+Two kinds of work exist: kernel work (pointwise, reduction, normalization: one generated Triton kernel per
+segment) and ExprEval work (ATen-only ops such as matmul, linear, SDPA, embedding, topk, ops that have no
+Triton lowering yet, and zero-copy view chains). The segmenter
 1. marks view ops that must stay ATen views: a chain of views ending in a fusion output, or feeding an
-   ATen-only op, is evaluated by ATen so the result aliases its producer exactly as eager would;
-2. orders the expressions topologically, preferring to continue the current segment's kind, and cuts a new
-   segment whenever the kind changes (or after ``segment_set``). Every segment only reads values produced by
-   earlier segments, so the order is a valid schedule.
+   ExprEval op, is evaluated by ATen so the result aliases its producer exactly as eager would;
+2. orders the expressions topologically, preferring to continue the current segment, and cuts a new segment
+   whenever the kind changes, after ``segment_set``, or when adding an expr would stop a kernel segment from
+   being one kernel (its reductions must all reduce the same loop dims). Every segment only reads values
+   produced by earlier segments, so the order is a valid schedule.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Optional
 from ..ir.fusion import Fusion
 from ..ir.nodes import Expr, Scalar, TensorView, Val, Vector
 from ..ops.registry import OpKind
+from .loop_domain import NotFusable, build_loop_domain
 
 
 class SchedulerKind(enum.Enum):
@@ -70,18 +72,26 @@ def classify(fusion: Fusion) -> dict[int, str]:
     returned = {id(v) for v in fusion.all_outputs()}
     kind: dict[int, str] = {}
     for e in reversed(exprs):
-        if e.op.kind is OpKind.ATEN:
+        if _is_scalar_expr(e):
+            kind[id(e)] = None
+        elif e.op.kind is OpKind.ATEN or e.op.lower is None:
             kind[id(e)] = _EXPR_EVAL
         elif e.op.kind is OpKind.VIEW:
             consumers = [c for o in e.outputs for c in uses.get(id(o), [])]
             is_alias_output = any(id(o) in returned for o in e.outputs)
             feeds_expr_eval = any(kind.get(id(c)) == _EXPR_EVAL for c in consumers)
             kind[id(e)] = _EXPR_EVAL if (is_alias_output or feeds_expr_eval) else _KERNEL
-        elif _is_scalar_expr(e):
-            kind[id(e)] = None
         else:
             kind[id(e)] = _KERNEL
     return kind
+
+
+def _one_kernel(exprs: list[Expr]) -> bool:
+    try:
+        build_loop_domain([e for e in exprs if not _is_scalar_expr(e)])
+    except NotFusable:
+        return False
+    return True
 
 
 def segment_fusion(fusion: Fusion) -> SegmentedFusion:
@@ -101,7 +111,10 @@ def segment_fusion(fusion: Fusion) -> SegmentedFusion:
         # Prefer scalar exprs (they fit anywhere), then the current kind; otherwise close the group.
         pick = next((e for e in ready if kind[id(e)] is None), None)
         if pick is None:
-            pick = next((e for e in ready if kind[id(e)] == current_kind), None)
+            same = [e for e in ready if kind[id(e)] == current_kind]
+            if current_kind == _KERNEL:
+                same = [e for e in same if _one_kernel(current + [e])]
+            pick = same[0] if same else None
         if pick is None:
             pick = min(ready, key=lambda e: position[id(e)])
             if current_kind is not None:  # a group of only scalar exprs simply takes on the new kind
@@ -127,14 +140,19 @@ def segment_fusion(fusion: Fusion) -> SegmentedFusion:
 def _scheduler_kind(kind: Optional[str], exprs: list[Expr]) -> SchedulerKind:
     if kind == _EXPR_EVAL or kind is None:
         return SchedulerKind.EXPR_EVAL
-    reductions = [e for e in exprs if e.op.kind is OpKind.REDUCTION]
+    reductions = [e for e in exprs if e.op.kind is OpKind.REDUCTION and e.op.reduced_dims(e)]
     if not reductions:
         return SchedulerKind.POINTWISE
-    # A reduction whose result is consumed again inside the segment (softmax, layer norm) is a
-    # normalization: the reduced rows stay resident ("persistent") while they are reused.
-    inside = {id(v) for e in exprs for v in e.inputs}
-    if any(id(o) in inside for e in reductions for o in e.outputs):
-        return SchedulerKind.INNER_PERSISTENT
+    # A normalization (softmax, layer norm) combines a reduction's result with values that still vary along
+    # the reduced dims, so the rows stay resident ("persistent") while they are reused; a plain reduction (with
+    # or without a per-row epilogue) does not.
+    dom = build_loop_domain([e for e in exprs if not _is_scalar_expr(e)])
+    derived = {id(o) for e in reductions for o in e.outputs}
+    for e in exprs:
+        if any(id(v) in derived for v in e.inputs):
+            derived.update(id(o) for o in e.outputs)
+            if any(isinstance(o, TensorView) and dom.has_col(o) for o in e.outputs):
+                return SchedulerKind.INNER_PERSISTENT
     return SchedulerKind.REDUCTION
 
 
