@@ -938,3 +938,25 @@ def test_result_dtype_rules(build, expected):
     assert seen["dtype"] is expected
     out = fd.execute(inputs)[0]
     assert out.dtype == to_torch_dtype(expected)
+
+
+@pytest.mark.parametrize("op", ["add", "mul", "where"])
+def test_lower_rank_operand_broadcasts_from_the_right(op):
+    # nvFuser's maybeBroadcast (and torch) align a lower-rank tensor operand to the right.
+    a, b, c = make((4, 5)), make((5,)), make((4, 5)) > 0
+
+    def fn(fd):
+        ta, tb, tc = fd.from_pytorch(a), fd.from_pytorch(b), fd.from_pytorch(c)
+        fd.add_output(fd.ops.where(tc, ta, tb) if op == "where" else getattr(fd.ops, op)(ta, tb))
+
+    ref = {"add": lambda a, b, c: a + b, "mul": lambda a, b, c: a * b, "where": lambda a, b, c: torch.where(c, a, b)}[op]
+    check_fusion(fn, [a, b, c], ref)
+
+
+def test_zero_dim_tensor_operand_broadcasts():
+    x, s = make((3, 4)), make(())
+
+    def fn(fd):
+        fd.add_output(fd.ops.mul(fd.from_pytorch(s), fd.from_pytorch(x)))
+
+    check_fusion(fn, [s, x], lambda s, x: s * x)

@@ -143,3 +143,19 @@ def test_concurrent_execution_is_correct():
         t.join()
     assert not errors
     assert fd._executor.num_runtimes() == len(shapes)
+
+
+def test_numpy_integer_scalars_key_on_their_value():
+    np = pytest.importorskip("numpy")
+
+    def fusion(fd):
+        t0 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+        n0 = fd.define_scalar(None, dtype=DataType.Int)
+        n1 = fd.define_scalar(None, dtype=DataType.Int)
+        fd.add_output(fd.ops.reshape(t0, [n0, n1]))
+
+    fd = build(fusion)
+    x = make([12])
+    assert fd.execute([x, np.int64(3), np.int64(4)])[0].shape == (3, 4)
+    assert fd.execute([x, np.int64(6), np.int64(2)])[0].shape == (6, 2)
+    assert fd._executor.num_runtimes() == 2

@@ -391,14 +391,6 @@ def _tensors(fd, *specs):
     return [fd.define_tensor(shape=list(shape), contiguity=True, dtype=dtype) for shape, dtype in specs]
 
 
-def test_rank_mismatch_between_tensor_operands():
-    def body(fd):
-        a, b = _tensors(fd, ([-1, -1], DataType.Float), ([-1], DataType.Float))
-        fd.ops.add(a, b)
-
-    raises(FusionDefinitionError, defining(body), "fd.ops.add:", "equal rank", "[2, 1]")
-
-
 def test_static_extent_mismatch():
     def body(fd):
         a, b = _tensors(fd, ([3, 4], DataType.Float), ([3, 5], DataType.Float))

@@ -233,7 +233,8 @@ class TensorView(Val):
         return self._op("size", self, dim)
 
     def shape(self) -> list:
-        return self._op("shape", self)
+        """One Int scalar per logical dim (nvFuser's ``T.shape()``)."""
+        return [self.size(i) for i in range(self.ndim)]
 
     def __getitem__(self, key):
         raise TypeError("TensorView does not support indexing; use fd.ops.slice / fd.ops.select")

@@ -104,17 +104,13 @@ def merge_extent(op: str, a: Optional[int], b: Optional[int]) -> Optional[int]:
 
 
 def broadcast_domain(op: str, tensors: Sequence[TensorView]) -> list[IterDomain]:
-    """Pointwise output domain. nvFuser does not broadcast ranks implicitly: all tensors must have equal rank.
-
-    A dim is broadcast only if it is broadcast in every operand (expanded if any operand expands it)."""
+    """Pointwise output domain. Lower-rank operands are aligned to the right and padded with leading broadcast
+    dims (nvFuser's maybeBroadcast, torch's rule). A dim is broadcast only if it is broadcast in every operand
+    (expanded if any operand expands it)."""
     if not tensors:
         return []
-    logicals = [t.logical for t in tensors]
-    rank = len(logicals[0])
-    for t, lg in zip(tensors, logicals):
-        if len(lg) != rank:
-            ranks = [len(x) for x in logicals]
-            fail(op, f"tensor operands must have equal rank (got ranks {ranks}); use fd.ops.broadcast_in_dim first")
+    rank = max(t.ndim for t in tensors)
+    logicals = [(IterDomain.broadcast(),) * (rank - t.ndim) + t.logical for t in tensors]
     out = []
     for dims in zip(*logicals):
         concrete = [d for d in dims if not d.is_broadcast]

@@ -8,6 +8,7 @@ validates the inputs, then builds a runtime (segmentation, meta inference of bou
 
 from __future__ import annotations
 
+import numbers
 import threading
 from collections import OrderedDict
 from typing import Any, Optional, Sequence
@@ -35,8 +36,8 @@ def input_signature(flat: Sequence[Any]) -> tuple:
     for x in flat:
         if isinstance(x, torch.Tensor):
             sig.append((x.shape, x.stride(), x.dtype, x.device, alignment_class(x.data_ptr())))
-        elif isinstance(x, (bool, int)):
-            sig.append((type(x), x))
+        elif isinstance(x, numbers.Integral):  # bools and ints (numpy's too) can set extents: key on the value
+            sig.append((type(x), int(x)))
         else:
             sig.append(type(x))
     return tuple(sig)

@@ -39,14 +39,15 @@ class _UnionFind:
 
 
 def positional_loop_map(node: Expr) -> list[tuple[tuple[TensorView, int], tuple[TensorView, int]]]:
-    """Default for pointwise ops: output dim i is input dim i of every tensor operand (equal ranks)."""
+    """Default for pointwise ops: dims pair up aligned to the right (a lower-rank operand is broadcast)."""
     pairs = []
     for out in node.outputs:
         if not isinstance(out, TensorView):
             continue
         for inp in node.inputs:
-            if isinstance(inp, TensorView) and inp.ndim == out.ndim:
-                pairs.extend(((out, d), (inp, d)) for d in range(out.ndim))
+            if isinstance(inp, TensorView) and inp.ndim <= out.ndim:
+                lead = out.ndim - inp.ndim
+                pairs.extend(((out, lead + d), (inp, d)) for d in range(inp.ndim))
     return pairs
 
 
