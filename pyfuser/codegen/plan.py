@@ -25,6 +25,11 @@ from .kernel_builder import KernelBuilder, TensorParam, kernel_source
 from ..segment.loop_domain import LoopDomain, NotFusable, build_loop_domain
 
 MAX_PERSISTENT_COLS = 16384
+_SIG_DTYPE = {
+    torch.float32: "fp32", torch.float64: "fp64", torch.float16: "fp16", torch.bfloat16: "bf16",
+    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
+    torch.uint64: "u64", torch.bool: "i1", torch.float8_e4m3fn: "fp8e4nv", torch.float8_e5m2: "fp8e5",
+}
 INT32_MAX = 2**31 - 1
 
 
@@ -54,6 +59,11 @@ class KernelPlan:
     num_warps: int
     n_rows: int
     n_cols: int
+    arg_types: dict  # argument name -> Triton signature type ("*bf16", "i64", "fp32", "constexpr")
+
+    def compile_spec(self) -> tuple[dict, dict]:
+        """(signature, constexprs) for ``triton.compile`` of this kernel ahead of time (e.g. for sm_90 in CI)."""
+        return dict(self.arg_types), {"BLOCK_R": self.block_r, "BLOCK_C": self.block_c}
 
 
 def _dims_strides(tv: TensorView, meta: TensorMeta, dom: LoopDomain) -> dict:
@@ -172,8 +182,16 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
     n_blocks_r = -(-n_rows // block_r)
     grid = (n_blocks_r * -(-n_cols // block_c),) if mode == "pointwise" else (n_blocks_r,)
     fixed = fixed_sizes + stride_args + [n_rows, n_cols]
+    arg_types = {f"{p.name}_ptr": "*" + _SIG_DTYPE[p.dtype] for p in params}
+    for i, sv in enumerate(scalar_vals):
+        arg_types[f"s{i}"] = "fp32" if _arg_dtype(sv).is_floating_point else "i64"
+    fixed_names = [f"rs{i}" for i in range(len(row_runs))] + [f"cs{i}" for i in range(len(col_runs))]
+    fixed_names += [stride for p in params for _, stride in p.row_terms + p.col_terms] + ["n_rows", "n_cols"]
+    for n, v in zip(fixed_names, fixed):
+        arg_types[n] = "i32" if abs(v) <= INT32_MAX else "i64"
+    arg_types.update(BLOCK_R="constexpr", BLOCK_C="constexpr")
     return KernelPlan(name, source, mode, inputs, outputs, scalar_vals, fixed, block_r, block_c, grid, num_warps,
-                      n_rows, n_cols)
+                      n_rows, n_cols, arg_types)
 
 
 def _lower(segment, kernel_exprs, kb: KernelBuilder, inputs, params, outputs) -> list:

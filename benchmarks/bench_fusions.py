@@ -1,0 +1,312 @@
+"""pyfuser vs eager PyTorch vs torch.compile on memory-bound fusions, and host overhead per cached call.
+
+Run on the GPU machine:  python benchmarks/bench_fusions.py --out DIR
+Every case is checked against eager before it is timed. Times are medians of triton.testing.do_bench (CUDA
+events). Bandwidth counts the fewest bytes a fusion must move (each input read once, each output written once)
+and is compared with a measured device-to-device copy. Writes DIR/<date>-fusions.md and .json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import time
+
+import torch
+import triton.testing
+
+from pyfuser import DataType, FusionDefinition
+
+EPS = 1e-5
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the fusions, each with its eager twin
+
+
+def gelu_bias_fd(shape):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        w = fd.define_tensor([-1], contiguity=[True], dtype=DataType.BFloat16)
+        b = fd.define_tensor([-1], contiguity=[True], dtype=DataType.BFloat16)
+        y = fd.ops.add(fd.ops.mul(x, w), b)  # Float
+        inner = fd.ops.mul(fd.ops.add(y, fd.ops.mul(fd.ops.mul(fd.ops.mul(y, y), y), 0.044715)), math.sqrt(2 / math.pi))
+        g = fd.ops.mul(fd.ops.mul(y, 0.5), fd.ops.add(fd.ops.tanh(inner), 1.0))
+        fd.add_output(fd.ops.cast(g, DataType.BFloat16))
+    return fd
+
+
+def gelu_bias_eager(x, w, b):
+    return torch.nn.functional.gelu(x.float() * w.float() + b.float(), approximate="tanh").to(torch.bfloat16)
+
+
+def rmsnorm_fd(shape):
+    n = shape[1]
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        w = fd.define_tensor([-1], contiguity=[True], dtype=DataType.BFloat16)
+        xf = fd.ops.cast(x, DataType.Float)
+        ms = fd.ops.div(fd.ops.sum(fd.ops.mul(xf, xf), dims=[1], keepdim=True), float(n))
+        y = fd.ops.mul(fd.ops.mul(xf, fd.ops.rsqrt(fd.ops.add(ms, EPS))), w)
+        fd.add_output(fd.ops.cast(y, DataType.BFloat16))
+    return fd
+
+
+def rmsnorm_eager(x, w):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()).to(torch.bfloat16)
+
+
+def layernorm_fd(shape):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        w = fd.define_tensor([-1], contiguity=[True], dtype=DataType.BFloat16)
+        b = fd.define_tensor([-1], contiguity=[True], dtype=DataType.BFloat16)
+        xf = fd.ops.cast(x, DataType.Float)
+        var, mean = fd.ops.var_mean(xf, dims=[1], correction=0, keepdim=True)
+        y = fd.ops.add(fd.ops.mul(fd.ops.mul(fd.ops.sub(xf, mean), fd.ops.rsqrt(fd.ops.add(var, EPS))), w), b)
+        fd.add_output(fd.ops.cast(y, DataType.BFloat16))
+    return fd
+
+
+def layernorm_eager(x, w, b):
+    return torch.nn.functional.layer_norm(x.float(), (x.shape[1],), w.float(), b.float(), EPS).to(torch.bfloat16)
+
+
+def softmax_fd(shape):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        xf = fd.ops.cast(x, DataType.Float)
+        m = fd.ops.max(xf, dims=[1], keepdim=True)
+        e = fd.ops.exp(fd.ops.sub(xf, m))
+        y = fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True))
+        fd.add_output(fd.ops.cast(y, DataType.BFloat16))
+    return fd
+
+
+def softmax_eager(x):
+    return torch.softmax(x.float(), dim=-1).to(torch.bfloat16)
+
+
+def slice_add_mul_fd(shape):
+    rows, cols = shape
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        y = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        a = fd.ops.slice(x, [0, 1], [rows, cols])
+        b = fd.ops.slice(y, [0, 0], [rows, cols - 1])
+        fd.add_output(fd.ops.cast(fd.ops.mul(fd.ops.add(a, b), 0.5), DataType.BFloat16))
+    return fd
+
+
+def slice_add_mul_eager(x, y):
+    return ((x[:, 1:].float() + y[:, :-1].float()) * 0.5).to(torch.bfloat16)
+
+
+def issue4888_fd(s, h):
+    with FusionDefinition() as fd:
+        mask = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        scores = fd.define_tensor([1, -1, -1, -1], contiguity=[None, True, True, True], dtype=DataType.BFloat16)
+        t1 = fd.ops.broadcast_in_dim(mask, shape=[1, 1, s, s + 1], broadcast_dims=[2, 3])
+        t2 = fd.ops.slice(t1, [0, 0, 0, 0], [1, 1, s, s])
+        view = fd.ops.broadcast_in_dim(t2, shape=[1, h, s, s], broadcast_dims=[0, 1, 2, 3])
+        z = fd.ops.add(fd.ops.mul(fd.ops.cast(scores, DataType.Float), 0.0883883), fd.ops.cast(view, DataType.Float))
+        m = fd.ops.max(z, dims=[3], keepdim=True)
+        e = fd.ops.exp(fd.ops.sub(z, m))
+        p = fd.ops.div(e, fd.ops.sum(e, dims=[3], keepdim=True))
+        fd.add_output(view)
+        fd.add_output(p)
+        fd.add_output(fd.ops.cast(p, DataType.BFloat16))
+    return fd
+
+
+def issue4888_eager(mask, scores):
+    s = mask.shape[0]
+    view = mask[None, None, :, :s].expand(1, scores.shape[1], s, s)
+    p = torch.softmax(scores.float() * 0.0883883 + view.float(), dim=-1)
+    return view, p, p.to(torch.bfloat16)
+
+
+def make_cases(rows, cols, dev):
+    bf = dict(device=dev, dtype=torch.bfloat16)
+    x, y = torch.randn(rows, cols, **bf), torch.randn(rows, cols, **bf)
+    w, b = torch.randn(cols, **bf), torch.randn(cols, **bf)
+    shape = (rows, cols)
+    return [
+        ("gelu(x*w+b)", gelu_bias_fd(shape), gelu_bias_eager, [x, w, b]),
+        ("rmsnorm", rmsnorm_fd(shape), rmsnorm_eager, [x, w]),
+        ("layernorm", layernorm_fd(shape), layernorm_eager, [x, w, b]),
+        ("softmax fp32", softmax_fd(shape), softmax_eager, [x]),
+        ("slice+add+mul", slice_add_mul_fd(shape), slice_add_mul_eager, [x, y]),
+    ]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# measurement
+
+
+def nbytes(ts):
+    out = 0
+    for t in ts:
+        if isinstance(t, torch.Tensor):
+            # A view (stride 0 or sliced) moves only what it covers at most.
+            out += min(t.numel(), t.untyped_storage().nbytes() // t.element_size()) * t.element_size()
+    return out
+
+
+def copy_bandwidth(dev) -> float:
+    x = torch.empty(1 << 30, dtype=torch.uint8, device=dev)  # 1 GiB
+    y = torch.empty_like(x)
+    ms = triton.testing.do_bench(lambda: y.copy_(x), warmup=50, rep=300, return_mode="median")
+    return 2 * x.numel() / (ms * 1e-3) / 1e9
+
+
+def bench(fn, warmup=25, rep=200) -> float:
+    return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+
+
+def check(outs, refs, name):
+    outs = outs if isinstance(outs, (list, tuple)) else [outs]
+    refs = refs if isinstance(refs, (list, tuple)) else [refs]
+    for o, r in zip(outs, refs):
+        assert o.shape == r.shape and o.dtype == r.dtype, f"{name}: {o.shape}/{o.dtype} vs {r.shape}/{r.dtype}"
+        assert o.stride() == r.stride() or o.numel() <= 1, f"{name}: strides {o.stride()} vs {r.stride()}"
+        torch.testing.assert_close(o.float(), r.float(), atol=2e-2, rtol=2e-2, msg=lambda m: f"{name}: {m}")
+
+
+def run_case(name, fd, eager, inputs, copy_bw, compiled_cache):
+    outs = fd.execute(inputs)
+    check(outs, eager(*inputs), name)
+    kinds = [s.kind.value for s in fd.segments()]
+    runs = ["triton" if getattr(e, "plan", None) else "aten" for e in fd.last_runtime().executors]
+    compiled = compiled_cache.setdefault(eager, torch.compile(eager))
+    check(compiled(*inputs), eager(*inputs), name + " (compile)")
+    t_pf = bench(lambda: fd.execute(inputs))
+    t_eager = bench(lambda: eager(*inputs))
+    t_comp = bench(lambda: compiled(*inputs))
+    moved = nbytes(inputs) + nbytes([o for o in outs if o._base is None])
+    gbs = moved / (t_pf * 1e-3) / 1e9
+    return {
+        "case": name,
+        "shape": list(inputs[0].shape),
+        "segments": kinds,
+        "runs": runs,
+        "pyfuser_ms": t_pf,
+        "eager_ms": t_eager,
+        "compile_ms": t_comp,
+        "bytes": moved,
+        "pyfuser_GBs": gbs,
+        "pct_copy_bw": 100 * gbs / copy_bw,
+        "vs_eager": t_eager / t_pf,
+        "vs_compile": t_comp / t_pf,
+    }
+
+
+def host_overhead(dev):
+    """µs of host time per cached call: tiny inputs, so the GPU is never the bottleneck."""
+    x = torch.randn(16, device=dev)
+    w = torch.randn(16, 16, device=dev)
+    with FusionDefinition() as fd1:
+        t = fd1.define_tensor([-1], contiguity=[True])
+        fd1.add_output(fd1.ops.relu(t))
+    with FusionDefinition() as fd3:  # pointwise -> matmul (ExprEval) -> pointwise
+        t = fd3.define_tensor([-1], contiguity=[True])
+        m = fd3.define_tensor([-1, -1], contiguity=[True, True])
+        a = fd3.ops.relu(t)
+        b = fd3.ops.matmul(m, a)
+        fd3.add_output(fd3.ops.mul(b, 2.0))
+
+    def tiny_eager(x):
+        return torch.relu(x)
+
+    def three_eager(x, w):
+        return (w @ torch.relu(x)) * 2.0
+
+    tiny_c, three_c = torch.compile(tiny_eager), torch.compile(three_eager)
+    cases = {
+        "1 kernel: pyfuser": lambda: fd1.execute([x]),
+        "1 kernel: eager": lambda: tiny_eager(x),
+        "1 kernel: torch.compile": lambda: tiny_c(x),
+        "3 segments: pyfuser": lambda: fd3.execute([x, w]),
+        "3 segments: eager": lambda: three_eager(x, w),
+        "3 segments: torch.compile": lambda: three_c(x, w),
+    }
+    result = {}
+    for name, fn in cases.items():
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize()
+        n = 2000
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        result[name] = (time.perf_counter() - t0) / n * 1e6
+    result["segments (3-segment fusion)"] = [s.kind.value for s in fd3.segments()]
+    return result
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--quick", action="store_true", help="small shapes (a smoke run)")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    copy_bw = copy_bandwidth(dev)
+    shapes = [(1024, 512)] if args.quick else [(16384, 4096), (8191, 5000)]
+    rows = []
+    compiled = {}
+    for r, c in shapes:
+        for name, fd, eager, inputs in make_cases(r, c, dev):
+            rows.append(run_case(name, fd, eager, inputs, copy_bw, compiled))
+            print(json.dumps(rows[-1]))
+    s, h = (256, 2) if args.quick else (4096, 16)
+    mask = torch.randn(s, s + 1, device=dev, dtype=torch.bfloat16)
+    scores = torch.randn(1, h, s, s, device=dev, dtype=torch.bfloat16)
+    rows.append(run_case("#4888 pattern", issue4888_fd(s, h), issue4888_eager, [mask, scores], copy_bw, compiled))
+    print(json.dumps(rows[-1]))
+    overhead = host_overhead(dev)
+    print(json.dumps(overhead))
+    report(args.out, copy_bw, rows, overhead)
+
+
+def report(out_dir, copy_bw, rows, overhead):
+    os.makedirs(out_dir, exist_ok=True)
+    day = datetime.date.today().isoformat()
+    meta = {
+        "date": day,
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "copy_GBs": copy_bw,
+    }
+    with open(os.path.join(out_dir, f"{day}-fusions.json"), "w") as f:
+        json.dump({"meta": meta, "cases": rows, "host_overhead_us": overhead}, f, indent=1)
+    lines = [
+        f"# Fusion benchmarks, {day}",
+        "",
+        f"{meta['device']}, torch {meta['torch']}, triton {meta['triton']}. Measured copy bandwidth "
+        f"{copy_bw:.0f} GB/s (read + write). Times: median of triton.testing.do_bench; bytes = inputs read once + "
+        "outputs written once.",
+        "",
+        "| case | shape | pyfuser ms | eager ms | compile ms | GB/s | % copy BW | vs eager | vs compile | segments (runs) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        segs = ", ".join(f"{k} ({x})" for k, x in zip(r["segments"], r["runs"]))
+        lines.append(
+            f"| {r['case']} | {r['shape']} | {r['pyfuser_ms']:.3f} | {r['eager_ms']:.3f} | {r['compile_ms']:.3f} | "
+            f"{r['pyfuser_GBs']:.0f} | {r['pct_copy_bw']:.0f}% | {r['vs_eager']:.2f}x | {r['vs_compile']:.2f}x | {segs} |"
+        )
+    lines += ["", "Host time per cached call (µs, tiny inputs):", ""]
+    lines += [f"- {k}: {v:.1f}" if isinstance(v, float) else f"- {k}: {v}" for k, v in overhead.items()]
+    with open(os.path.join(out_dir, f"{day}-fusions.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
