@@ -112,7 +112,9 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
     """``metas``: id(tv) -> TensorMeta for every segment input and output tensor."""
     kernel_exprs = [e for e in segment.exprs if e not in scalar_exprs]
     outputs = [o for o in segment.outputs if isinstance(o, TensorView)]
-    inputs = [v for v in segment.inputs if isinstance(v, TensorView)]
+    # 0-dim CPU tensors (is_cpu inputs) cannot be read by a GPU kernel: they are passed by value.
+    inputs = [v for v in segment.inputs if isinstance(v, TensorView) and not v.is_cpu]
+    host_tensors = [v for v in segment.inputs if isinstance(v, TensorView) and v.is_cpu]
     if not outputs:
         raise NotFusable("segment has no tensor outputs")
     reduction = next((e for e in kernel_exprs if e.op.kind is OpKind.REDUCTION and e.op.reduced_dims(e)), None)
@@ -168,7 +170,7 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
     index64 |= n_rows * max(n_cols, 1) > INT32_MAX
 
     kb = KernelBuilder()
-    scalar_vals = _lower(segment, kernel_exprs, kb, inputs, params, outputs)
+    scalar_vals = _lower(segment, kernel_exprs, kb, inputs, params, outputs, host_tensors)
     if reduction is None:
         mode = "pointwise"
     elif n_cols <= MAX_PERSISTENT_COLS:
@@ -194,11 +196,16 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
                       n_rows, n_cols, arg_types)
 
 
-def _lower(segment, kernel_exprs, kb: KernelBuilder, inputs, params, outputs) -> list:
+def _lower(segment, kernel_exprs, kb: KernelBuilder, inputs, params, outputs, host_tensors) -> list:
+    """Lower every expr; returns the Vals passed by value (symbolic Scalars, 0-dim CPU tensors), in argument
+    order."""
     values: dict[int, Any] = {}
     for tv, p in zip(inputs, params):
         values[id(tv)] = kb.load(p)
     scalar_vals = []
+    for tv in host_tensors:
+        values[id(tv)] = kb.arg(f"s{len(scalar_vals)}", _arg_dtype(tv))
+        scalar_vals.append(tv)
 
     def resolve(obj):
         if isinstance(obj, Vector):
@@ -231,8 +238,9 @@ def _lower(segment, kernel_exprs, kb: KernelBuilder, inputs, params, outputs) ->
     return scalar_vals
 
 
-def _arg_dtype(s: Scalar) -> torch.dtype:
-    """What Triton receives for a scalar argument: Python floats arrive as fp32 and bools are passed as ints."""
+def _arg_dtype(s) -> torch.dtype:
+    """What Triton receives for a by-value argument (a Scalar or a 0-dim CPU tensor's item): Python floats arrive
+    as fp32 and bools are passed as ints."""
     dt = to_torch_dtype(s.dtype)
     if dt == torch.bool:
         return torch.int32

@@ -125,8 +125,9 @@ _TRITON = {
         "acos", "acosh", "asin", "asinh", "atan", "atanh", "cos", "cosh", "exp", "exp2", "expm1", "erf", "erfc",
         "erfinv", "erfcinv", "lgamma", "log", "log10", "log1p", "log2", "rsqrt", "sin", "sinh", "sqrt", "tan",
         "tanh")},
-    "reciprocal": _triton(None, "libdevice.div_rn(1.0, {0})"),
-    "sigmoid": _triton(None, "libdevice.div_rn(1.0, 1.0 + libdevice.exp(-{0}))"),
+    # libdevice wants both operands in one dtype: a bare 1.0 would be fp32 against a Double operand.
+    "reciprocal": _triton(None, "libdevice.div_rn(tl.full([], 1.0, {0}.dtype), {0})"),
+    "sigmoid": _triton(None, "libdevice.div_rn(tl.full([], 1.0, {0}.dtype), 1.0 + libdevice.exp(-{0}))"),
     "neg": _triton("-{0}"),
     "abs": _triton("tl.abs({0})"),
     "sign": _triton("tl.where({0} > 0, 1, tl.where({0} < 0, -1, {0}))"),

@@ -30,6 +30,8 @@ def _is_scalar_expr(e) -> bool:
 
 
 def _scalar_arg(x):
+    if isinstance(x, torch.Tensor):  # a 0-dim CPU tensor passed by value
+        x = x.item()
     return int(x) if isinstance(x, bool) else x
 
 
