@@ -68,6 +68,10 @@ def _remainder(a, b):
 '''
 
 
+def _is_fp8(dtype: torch.dtype) -> bool:
+    return dtype.is_floating_point and dtype.itemsize == 1
+
+
 def identity_literal(kind: str, dtype: torch.dtype) -> str:
     ident = REDUCTIONS[kind][0]
     if ident not in ("MIN", "MAX"):
@@ -113,6 +117,10 @@ class TensorParam:
     def has_col(self) -> bool:
         return bool(self.col_terms)
 
+    @property
+    def has_row(self) -> bool:
+        return bool(self.row_terms)
+
 
 class KernelBuilder:
     def __init__(self):
@@ -141,6 +149,8 @@ class KernelBuilder:
         if dtype.is_floating_point:
             value = float(value)  # also numpy scalars, whose repr is not Triton source
             lit = repr(value) if value == value and abs(value) != float("inf") else f'float("{value}")'
+            if dtype != torch.float32:  # a bare float literal is fp32 in Triton
+                return self.op(f"tl.full([], {lit}, {TL_DTYPE[dtype]})", [], dtype)
         else:
             lit = repr(int(value))
         return self._add(KValue("const", dtype, template=lit))
@@ -155,12 +165,11 @@ class KernelBuilder:
     def cast(self, v: KValue, dtype: torch.dtype) -> KValue:
         if v.dtype == dtype:
             return v
-        if (v.dtype.is_floating_point and v.dtype.itemsize == 1) != (dtype.is_floating_point and dtype.itemsize == 1):
-            # Triton converts fp8 only to and from other floats: go through fp32.
-            if v.dtype.is_floating_point != dtype.is_floating_point or v.kind in ("arg", "const"):
-                return self.cast(self.cast(v, torch.float32), dtype)
+        fp8 = _is_fp8(v.dtype) or _is_fp8(dtype)
+        if fp8 and torch.float32 not in (v.dtype, dtype):
+            # Triton converts fp8 only to and from fp32 on every path (ints, fp64 and the other fp8 fail).
+            return self.cast(self.cast(v, torch.float32), dtype)
         if v.kind in ("arg", "const"):
-            # Scalar arguments may arrive as plain Python numbers (the interpreter passes floats unwrapped).
             return self.op(f"tl.full([], {{0}}, {TL_DTYPE[dtype]})", [v], dtype)
         return self.op(f"{{0}}.to({TL_DTYPE[dtype]})", [v], dtype)
 
@@ -250,7 +259,9 @@ class Emitter:
         if v.kind == "load":
             p = v.param
             zero = "0.0" if p.dtype.is_floating_point else "0"  # Triton casts no int to fp8
-            if p.has_col:
+            if p.has_col and not p.has_row:  # e.g. a bias: one [1, BLOCK_C] row, broadcast over the tile
+                self.w(f"{v.var} = tl.load({p.name}_ptr + {p.name}_coff, mask=cmask, other={zero})")
+            elif p.has_col:
                 self.w(f"{v.var} = tl.load({p.name}_ptr + {p.name}_roff + {p.name}_coff, mask={col_mask}, other={zero})")
             else:
                 self.w(f"{v.var} = tl.load({p.name}_ptr + {p.name}_roff, mask=rmask, other={zero})")

@@ -24,7 +24,6 @@ from ..ops.registry import OpKind
 from .kernel_builder import KernelBuilder, TensorParam, kernel_source
 from ..segment.loop_domain import LoopDomain, NotFusable, build_loop_domain
 
-MAX_PERSISTENT_COLS = 16384
 _SIG_DTYPE = {
     torch.float32: "fp32", torch.float64: "fp64", torch.float16: "fp16", torch.bfloat16: "bf16",
     torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
@@ -141,8 +140,14 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
             dom.dims_of[id(tv)] = []
     sizes = _loop_sizes(dom, metas, memory)
     walks = [_dims_strides(tv, metas[id(tv)], dom) for tv in memory]
-    row_runs = _merge(dom.row_dims, sizes, walks)
-    col_runs = _merge(dom.col_dims, sizes, walks)
+    if reduction is None:
+        # Pointwise: merge across the row/column split too; the innermost run is the column dim, so a fully
+        # contiguous kernel becomes one flat 1-D index.
+        runs = _merge(dom.row_dims + dom.col_dims, sizes, walks)
+        row_runs, col_runs = runs[:-1], runs[-1:]
+    else:
+        row_runs = _merge(dom.row_dims, sizes, walks)
+        col_runs = _merge(dom.col_dims, sizes, walks)
     for w in walks:  # a tensor dim that walks a dropped (extent-1) loop dim is fine; anything else is a bug
         for ld in w:
             if sizes.get(ld, 1) != 1 and not any(ld in run for run in row_runs + col_runs):
@@ -173,7 +178,7 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
     scalar_vals = _lower(segment, kernel_exprs, kb, inputs, params, outputs, host_tensors)
     if reduction is None:
         mode = "pointwise"
-    elif n_cols <= MAX_PERSISTENT_COLS:
+    elif n_cols <= TUNING["persistent_max_cols"]:
         mode = "persistent"
     else:
         mode = "looped"
@@ -253,19 +258,37 @@ def _arg_dtype(s) -> torch.dtype:
     return torch.int64
 
 
+# Launch heuristics. Measured on the H200 (benchmarks/results); a module dict so a sweep can try others.
+TUNING = {
+    "pw_elems_narrow": 8192,  # elements per program for 1- and 2-byte tensors
+    "pw_elems": 4096,
+    "pw_max_block_c": 1024,  # column tile of a 2-D pointwise kernel
+    "pw_warps": 8,
+    "persistent_max_cols": 8192,  # longer rows use the looped kernel
+    "persistent_elems": 4096,  # rows per program: up to this many elements
+    "persistent_warps": {2048: 4, 8192: 8, 1 << 62: 16},  # by elements per program
+    "looped_block_c": 4096,
+    "looped_warps": 8,
+}
+
+
 def _blocks(mode: str, n_rows: int, n_cols: int, itemsize: int):
-    target = 8192 if itemsize <= 2 else 4096  # elements per program: ~16 KiB of traffic per tensor
+    t = TUNING
     if mode == "pointwise":
-        block_c = min(_next_pow2(max(n_cols, 1)), 1024 if n_rows > 1 else target)
-        block_r = max(1, min(_next_pow2(max(n_rows, 1)), target // block_c))
-        num_warps = 4 if block_r * block_c <= 2048 else 8
+        target = t["pw_elems_narrow"] if itemsize <= 2 else t["pw_elems"]
+        if n_rows == 1:
+            block_c, block_r = min(_next_pow2(max(n_cols, 1)), target), 1
+        else:
+            block_c = min(_next_pow2(max(n_cols, 1)), t["pw_max_block_c"])
+            block_r = max(1, min(_next_pow2(n_rows), target // block_c))
+        num_warps = 4 if block_r * block_c <= 2048 else t["pw_warps"]
     elif mode == "persistent":
         block_c = _next_pow2(max(n_cols, 1))
-        block_r = max(1, min(_next_pow2(max(n_rows, 1)), 4096 // block_c))
+        block_r = max(1, min(_next_pow2(max(n_rows, 1)), t["persistent_elems"] // block_c))
         elems = block_r * block_c
-        num_warps = 4 if elems <= 2048 else (8 if elems <= 8192 else 16)
+        num_warps = next(w for limit, w in sorted(t["persistent_warps"].items()) if elems <= limit)
     else:
-        block_c, block_r, num_warps = 4096, 1, 8
+        block_c, block_r, num_warps = t["looped_block_c"], 1, t["looped_warps"]
     return block_r, block_c, num_warps
 
 

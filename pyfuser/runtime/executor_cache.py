@@ -64,6 +64,10 @@ class FusionExecutorCache:
             runtime = self._build(key, flat, device, options)
         else:
             self.stats["hits"] += 1
+            try:
+                self._runtimes.move_to_end(key)  # least recently *used* goes first
+            except KeyError:  # evicted by another thread meanwhile; the runtime in hand is still valid
+                pass
         self.last_runtime = runtime
         return runtime.run(flat)
 

@@ -29,6 +29,21 @@ def _is_scalar_expr(e) -> bool:
     return all(isinstance(o, (Scalar, Vector)) for o in e.outputs)
 
 
+def _direct_launcher(compiled, grid, device: torch.device):
+    """Launch a compiled kernel without Triton's per-call argument binding and specialization.
+
+    Valid because a runtime serves one input signature: the pointer alignments, integer values and dtypes
+    Triton specializes on are fixed by it (outputs are fresh allocations, always aligned). Used on CUDA only,
+    and only while no launch hooks (profilers) are installed."""
+    if device.type != "cuda" or compiled is None or not hasattr(compiled, "run"):
+        return None
+    from triton import knobs
+
+    if knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None:
+        return None
+    return compiled[grid]
+
+
 def _scalar_arg(x):
     if isinstance(x, torch.Tensor):  # a 0-dim CPU tensor passed by value
         x = x.item()
@@ -61,6 +76,7 @@ class KernelSegmentExecutor:
         self.fallback = AtenSegmentExecutor(segment, "input strides differ from the assumed layout")
         self.kernel_source = plan.source
         self.launch_kwargs = dict(BLOCK_R=plan.block_r, BLOCK_C=plan.block_c, num_warps=plan.num_warps)
+        self._launch = None  # the compiled kernel's direct launcher, once the first call has compiled it
 
     def run(self, env: Env) -> None:
         for tv, strides in self.guards:
@@ -74,7 +90,11 @@ class KernelSegmentExecutor:
         outs = [torch.empty_strided(m.sizes, m.strides, dtype=m.dtype, device=self.device) for m in self.out_metas]
         if plan.n_rows * plan.n_cols > 0:
             args = [env.value(t) for t in plan.inputs] + outs + [_scalar_arg(env.value(s)) for s in plan.scalar_vals]
-            self.kernel[plan.grid](*args, *plan.fixed_args, **self.launch_kwargs)
+            if self._launch is not None:
+                self._launch(*args, *plan.fixed_args, plan.block_r, plan.block_c)
+            else:
+                compiled = self.kernel[plan.grid](*args, *plan.fixed_args, **self.launch_kwargs)
+                self._launch = _direct_launcher(compiled, plan.grid, self.device)
         for tv, t in zip(plan.outputs, outs):
             env[id(tv)] = t
 
