@@ -20,15 +20,14 @@ BASE = copy.deepcopy(plan.TUNING)
 CONFIGS = {
     "pointwise": [
         {"pw_max_block_c": c, "pw_elems_narrow": e, "pw_warps": w}
-        for c in (512, 1024, 2048)
-        for e in (4096, 8192, 16384)
+        for c in (1024, 2048)
+        for e in (8192, 16384)
         for w in (4, 8)
-        if e >= c
     ],
     "normalization": [
         {"persistent_max_cols": m, "persistent_elems": e, "looped_block_c": lb, "persistent_warps": pw}
         for m in (4096, 8192)
-        for e in (2048, 4096, 8192)
+        for e in (2048, 4096)
         for lb in (2048, 4096)
         for pw in ({2048: 4, 8192: 8, 1 << 62: 16}, {1024: 4, 4096: 8, 1 << 62: 16})
     ],
