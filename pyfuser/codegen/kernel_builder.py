@@ -109,8 +109,9 @@ class TensorParam:
 
     name: str
     dtype: torch.dtype
-    row_terms: list = field(default_factory=list)  # [(row coordinate index, stride arg name)]
-    col_terms: list = field(default_factory=list)  # [(col coordinate index, stride arg name)]
+    # [(coordinate index, stride arg name, constant factor)]: the stride is arg * factor
+    row_terms: list = field(default_factory=list)
+    col_terms: list = field(default_factory=list)
     is_output: bool = False
 
     @property
@@ -248,7 +249,7 @@ class Emitter:
     def _offset(terms: list, coords: list[str], base: str) -> str:
         if not terms:
             return f"{base} * 0"  # a block of zeros, so pointer and mask shapes agree
-        return " + ".join(f"{coords[i]} * {stride}" for i, stride in terms)
+        return " + ".join(f"{coords[i]} * {stride}" if f == 1 else f"{coords[i]} * ({stride} * {f})" for i, stride, f in terms)
 
     # --- emission ------------------------------------------------------------------------------------------
     def emit_node(self, v: KValue, scope: _Scope, col_mask: str) -> None:
@@ -301,7 +302,7 @@ class Emitter:
         args = [f"{p.name}_ptr" for p in self.params] + list(kb.scalar_args)
         args += [f"rs{i}" for i in range(self.n_row_dims)] + [f"cs{i}" for i in range(self.n_col_dims)]
         for p in self.params:
-            args += [stride for _, stride in p.row_terms + p.col_terms]
+            args += [stride for _, stride, _ in p.row_terms + p.col_terms]
         args += ["n_rows", "n_cols", "BLOCK_R: tl.constexpr", "BLOCK_C: tl.constexpr"]
         self.lines = [f"@triton.jit", f"def {name}({', '.join(args)}):"]
         self.indent = 1

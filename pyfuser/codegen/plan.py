@@ -165,9 +165,14 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
             for i, run in enumerate(runs):
                 inner = run[-1]
                 if inner in w:
-                    terms.append((i, f"{p.name}_s{len(stride_args)}"))
-                    stride_args.append(int(w[inner]))
-                    max_off += int(w[inner]) * (_prod(sizes[ld] for ld in run) - 1)
+                    stride = int(w[inner])
+                    # The stride's power-of-two factor (up to a 16-byte vector) goes into the source as a
+                    # constant, so Triton can prove row starts aligned when they are (a row pitch of 5000 bf16
+                    # is 16-byte aligned; 4097 is not, and then nothing is claimed: nvFuser issue #4888).
+                    factor = _aligned_factor(stride, meta.dtype.itemsize)
+                    terms.append((i, f"{p.name}_s{len(stride_args)}", factor))
+                    stride_args.append(stride // factor)
+                    max_off += stride * (_prod(sizes[ld] for ld in run) - 1)
         index64 |= max_off > INT32_MAX
         params.append(p)
     n_rows = _prod(fixed_sizes[: len(row_runs)])
@@ -193,7 +198,7 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
     for i, sv in enumerate(scalar_vals):
         arg_types[f"s{i}"] = "fp32" if _arg_dtype(sv).is_floating_point else "i64"
     fixed_names = [f"rs{i}" for i in range(len(row_runs))] + [f"cs{i}" for i in range(len(col_runs))]
-    fixed_names += [stride for p in params for _, stride in p.row_terms + p.col_terms] + ["n_rows", "n_cols"]
+    fixed_names += [stride for p in params for _, stride, _ in p.row_terms + p.col_terms] + ["n_rows", "n_cols"]
     for n, v in zip(fixed_names, fixed):
         arg_types[n] = "i32" if abs(v) <= INT32_MAX else "i64"
     arg_types.update(BLOCK_R="constexpr", BLOCK_C="constexpr")
@@ -241,6 +246,14 @@ def _lower(segment, kernel_exprs, kb: KernelBuilder, inputs, params, outputs, ho
     for tv, p in zip(outputs, params[len(inputs):]):
         kb.store(p, values[id(tv)])
     return scalar_vals
+
+
+def _aligned_factor(stride: int, itemsize: int) -> int:
+    """Largest power of two dividing ``stride`` (elements), capped at one 16-byte vector."""
+    factor = 1
+    while factor * 2 * itemsize <= 16 and stride % (factor * 2) == 0:
+        factor *= 2
+    return factor
 
 
 def _arg_dtype(s) -> torch.dtype:
