@@ -312,6 +312,12 @@ class FusionDefinition:
         """The runtime (segments, boundary layouts) used by the most recent execute, or None."""
         return None if self._executor is None else self._executor.last_runtime
 
+    def last_execution(self) -> list:
+        """Reports of the segments the last execute ran: kind, Triton kernel (name, source) or ATen (reason),
+        and the layout of every boundary tensor. Empty before the first execute."""
+        rt = self.last_runtime()
+        return [] if rt is None else rt.describe()
+
     def segments(self):
         rt = self.last_runtime()
         return [] if rt is None else rt.segments

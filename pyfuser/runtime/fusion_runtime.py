@@ -11,6 +11,7 @@ from ..ir.nodes import TensorView
 from ..segment.segmenter import SchedulerKind, Segment, SegmentedFusion
 from .evaluator import Env, bind_inputs, collect_outputs, default_device
 from .kernel_executor import AtenSegmentExecutor, build_segment_executor
+from .introspection import dump, reports
 from .layouts import TensorLayout
 from .meta_inference import infer_layouts
 from .options import Options
@@ -33,6 +34,11 @@ class FusionRuntime:
         self.device = run_device(flat_inputs, device)
         self.layouts: dict[int, TensorLayout] = infer_layouts(segmented, flat_inputs, options)
         self.executors = self._build_executors(flat_inputs)
+        dump(self)
+
+    def describe(self) -> list:
+        """One SegmentReport per segment: kind, Triton kernel or ATen (and why), boundary layouts."""
+        return reports(self)
 
     def _build_executors(self, flat_inputs) -> list:
         expr_eval_outputs: set[int] = set()

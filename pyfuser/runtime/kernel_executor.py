@@ -77,13 +77,16 @@ class KernelSegmentExecutor:
         self.kernel_source = plan.source
         self.launch_kwargs = dict(BLOCK_R=plan.block_r, BLOCK_C=plan.block_c, num_warps=plan.num_warps)
         self._launch = None  # the compiled kernel's direct launcher, once the first call has compiled it
+        self.last_path = None  # "kernel", or "aten (layout guard)" when a guard sent the last call to ATen
 
     def run(self, env: Env) -> None:
         for tv, strides in self.guards:
             if tuple(env.value(tv).stride()) != strides:
                 # The kernel was generated for a layout these tensors do not have: take the safe path.
+                self.last_path = "aten (layout guard)"
                 self.fallback.run(env)
                 return
+        self.last_path = "kernel"
         for e in self.scalar_exprs:
             run_expr(e, env)
         plan = self.plan

@@ -35,7 +35,12 @@ def infer_layouts(segmented: SegmentedFusion, flat_inputs: Sequence[Any], option
     """id(TensorView) -> inferred layout, for every tensor a segment hands to a later segment or returns."""
     fusion = segmented.fusion
     env: Env = bind_inputs(fusion, [to_meta(x) for x in flat_inputs], device="meta")
-    layouts: dict[int, TensorLayout] = {}
+    # Fusion inputs have their real layouts; every later boundary gets an inferred one.
+    layouts: dict[int, TensorLayout] = {
+        id(v): layout_from_strides(v, x.shape, x.stride())
+        for v, x in zip(fusion.inputs, flat_inputs)
+        if isinstance(v, TensorView) and isinstance(x, torch.Tensor)
+    }
     with torch.no_grad():
         for seg in segmented.segments:
             run_exprs(seg.exprs, env)

@@ -73,12 +73,24 @@ class LoopDomain:
     def col_dims(self) -> list[int]:
         return self.dims[self.n_row :]
 
+    def covering_tensor(self) -> Optional[TensorView]:
+        """A tensor that varies along every loop dim any tensor varies along, or None. One kernel iterates over
+        one such space; two unrelated computations (say [64,65] and [4,64,64]) in a segment have none."""
+        real = {ld for tid, tv in self.tensors.items() for ld, dom in zip(self.dims_of[tid], tv.logical) if not dom.is_broadcast}
+        for tid, tv in self.tensors.items():
+            mine = {ld for ld, dom in zip(self.dims_of[tid], tv.logical) if not dom.is_broadcast}
+            if mine >= real:
+                return tv
+        return None
+
     def has_col(self, tv: TensorView) -> bool:
         """Whether ``tv`` varies along the column dims (a full tile) or is per-row."""
         return any(d in self.col_dims for d, dom in zip(self.dims_of[id(tv)], tv.logical) if not dom.is_broadcast)
 
 
-def build_loop_domain(exprs: list[Expr], reference: Optional[TensorView] = None, layout_order=None) -> LoopDomain:
+def build_loop_domain(
+    exprs: list[Expr], reference: Optional[TensorView] = None, layout_order=None, require_covering: bool = True
+) -> LoopDomain:
     """Unify the dims of every tensor in ``exprs``.
 
     ``reference`` fixes the order of loop dims (its allocation order, outermost first, from ``layout_order`` if
@@ -110,6 +122,10 @@ def build_loop_domain(exprs: list[Expr], reference: Optional[TensorView] = None,
             reduced = these
 
     dims_of = {tid: [uf.find((tid, d)) for d in range(tv.ndim)] for tid, tv in tensors.items()}
+    if not tensors:
+        return LoopDomain([], 0, frozenset(reduced), dims_of, tensors)
+    if require_covering and tensors and LoopDomain([], 0, frozenset(), dims_of, tensors).covering_tensor() is None:
+        raise NotFusable("the segment's tensors do not share one iteration space")
     if reference is None:
         reference = max(tensors.values(), key=lambda t: t.ndim)
     ref_dims = dims_of[id(reference)]

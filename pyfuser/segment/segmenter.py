@@ -86,12 +86,77 @@ def classify(fusion: Fusion) -> dict[int, str]:
     return kind
 
 
-def _one_kernel(exprs: list[Expr]) -> bool:
+def _one_kernel(exprs: list[Expr], require_covering: bool = True) -> bool:
     try:
-        build_loop_domain([e for e in exprs if not _is_scalar_expr(e)])
+        build_loop_domain([e for e in exprs if not _is_scalar_expr(e)], require_covering=require_covering)
     except NotFusable:
         return False
     return True
+
+
+def _split_kernel_group(group: list[Expr]) -> list[list[Expr]]:
+    """A greedy kernel group may hold unrelated computations (a [64,65] mask and a [4,64,64] scale): split it
+    into dataflow-connected components (they share no values, so any order is valid), then cut each component
+    in topological order wherever it stops being one kernel over one iteration space."""
+    parent = list(range(len(group)))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[int, int] = {}
+    for i, e in enumerate(group):
+        for v in list(e.inputs) + list(e.outputs):
+            if isinstance(v, TensorView) or (isinstance(v, Scalar) and not v.is_constant):
+                j = owner.setdefault(id(v), i)
+                parent[find(i)] = find(j)
+    comps: dict[int, list[Expr]] = {}
+    for i, e in enumerate(group):
+        comps.setdefault(find(i), []).append(e)
+    # Host scalar exprs (size, scalar math) join the component that reads their results.
+    position = {id(e): i for i, e in enumerate(group)}
+    scalar_only = [k for k, c in comps.items() if all(_is_scalar_expr(e) for e in c)]
+    for k in scalar_only:
+        outs = {id(o) for e in comps[k] for o in e.outputs}
+        target = next((c for j, c in comps.items() if j not in scalar_only
+                       and any(id(v) in outs for e in c for v in e.inputs)), None)
+        if target is not None:
+            target.extend(comps.pop(k))
+            target.sort(key=lambda e: position[id(e)])
+    result = []
+    for comp in comps.values():
+        if _one_kernel(comp):
+            result.append(comp)
+            continue
+        piece: list[Expr] = []
+        for e in comp:
+            if piece and not _one_kernel(piece + [e]):
+                result.append(piece)
+                piece = []
+            piece.append(e)
+        result.append(piece)
+    return result
+
+
+def _kernel_clusters(exprs: list[Expr], kind: dict) -> dict[int, int]:
+    """id(kernel expr) -> cluster: kernel exprs connected by tensors that flow between kernel exprs."""
+    kernel = [e for e in exprs if kind[id(e)] == _KERNEL]
+    parent = {id(e): id(e) for e in kernel}
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    producer = {id(o): id(e) for e in kernel for o in e.outputs}
+    for e in kernel:
+        for v in e.inputs:
+            if isinstance(v, TensorView) and id(v) in producer:
+                parent[find(id(e))] = find(producer[id(v)])
+    return {i: find(i) for i in parent}
 
 
 def segment_fusion(fusion: Fusion) -> SegmentedFusion:
@@ -100,6 +165,7 @@ def segment_fusion(fusion: Fusion) -> SegmentedFusion:
     producers: dict[int, Expr] = {id(o): e for e in exprs for o in e.outputs}
     deps = {id(e): {id(producers[id(v)]) for v in e.inputs if id(v) in producers} for e in exprs}
     position = {id(e): i for i, e in enumerate(exprs)}
+    cluster = _kernel_clusters(exprs, kind)
 
     done: set[int] = set()
     groups: list[tuple[str, list[Expr]]] = []
@@ -113,7 +179,11 @@ def segment_fusion(fusion: Fusion) -> SegmentedFusion:
         if pick is None:
             same = [e for e in ready if kind[id(e)] == current_kind]
             if current_kind == _KERNEL:
-                same = [e for e in same if _one_kernel(current + [e])]
+                # Only work connected to the group (through other kernel work) joins it: an unrelated ready
+                # computation waits for the segment its own data flows into.
+                here = {cluster[id(x)] for x in current if id(x) in cluster}
+                same = [e for e in same if (not here or cluster[id(e)] in here)
+                        and _one_kernel(current + [e], require_covering=False)]
             pick = same[0] if same else None
         if pick is None:
             pick = min(ready, key=lambda e: position[id(e)])
@@ -132,7 +202,10 @@ def segment_fusion(fusion: Fusion) -> SegmentedFusion:
     if current:
         groups.append((current_kind, current))
 
-    segments = [Segment(i, _scheduler_kind(k, g), g) for i, (k, g) in enumerate(groups)]
+    split = []
+    for k, g in groups:
+        split.extend((k, piece) for piece in (_split_kernel_group(g) if k == _KERNEL else [g]))
+    segments = [Segment(i, _scheduler_kind(k, g), g) for i, (k, g) in enumerate(split)]
     _wire(fusion, segments)
     return SegmentedFusion(fusion, segments)
 

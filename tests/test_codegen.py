@@ -1,0 +1,176 @@
+"""Generated kernels end to end: the #4888 pattern, alignment claims, modes, introspection, kernel sharing.
+
+On CPU the kernels run under the Triton interpreter (tests/conftest.py); on CUDA they run for real."""
+
+import os
+
+import pytest
+import torch
+
+from pyfuser import DataType, FusionDefinition
+from pyfuser.runtime.kernel_executor import triton_usable
+
+from harness import DEVICE, assert_same, check_fusion, make
+
+pytestmark = pytest.mark.skipif(not triton_usable(DEVICE), reason="generated kernels need CUDA or TRITON_INTERPRET=1")
+
+S, H = 64, 4
+
+
+def issue4888(fd):
+    """tests/python/direct/test_python_frontend.py::test_issue4888 at [64, 65] with 4 heads."""
+    t0 = fd.define_tensor([S, S + 1], contiguity=[True, True], dtype=DataType.BFloat16)
+    t1 = fd.define_tensor([S, S + 1], contiguity=[True, True], dtype=DataType.Bool)
+    t2 = fd.define_tensor([S, S + 1], contiguity=[True, True], dtype=DataType.Bool)
+    t3 = fd.define_tensor([1, H, S, S], contiguity=[None, True, True, True], dtype=DataType.BFloat16)
+    t6 = fd.ops.set(fd.ops.bitwise_or(t1, t2))
+    fd.add_output(t6, t1)
+    t10 = fd.ops.cast(fd.ops.mul(fd.ops.cast(t0, DataType.Float), fd.ops.cast(t6, DataType.Float)), DataType.BFloat16)
+    fd.add_output(t10, t0)
+    t27 = fd.ops.broadcast_in_dim(t10, shape=[1, 1, S, S + 1], broadcast_dims=[2, 3])
+    t43 = fd.ops.slice(t27, [0, 0, 0, 0], [1, 1, S, S])
+    t49 = fd.ops.broadcast_in_dim(t43, shape=[1, H, S, S], broadcast_dims=[0, 1, 2, 3])
+    t54 = fd.ops.add(fd.ops.mul(fd.ops.cast(t3, DataType.Float), 0.0883883), fd.ops.cast(t49, DataType.Float))
+    m = fd.ops.max(t54, dims=[3], keepdim=True)
+    e = fd.ops.exp(fd.ops.sub(t54, m))
+    t84 = fd.ops.div(e, fd.ops.sum(e, dims=[3], keepdim=True))
+    fd.add_output(t49)
+    fd.add_output(t84)
+    fd.add_output(fd.ops.cast(t84, DataType.BFloat16))
+
+
+def issue4888_inputs():
+    return [make((S, S + 1), torch.bfloat16), make((S, S + 1), torch.bool), make((S, S + 1), torch.bool),
+            make((1, H, S, S), torch.bfloat16)]
+
+
+def issue4888_eager(t0, t1, t2, t3):
+    t6 = t1 | t2
+    t10 = (t0.float() * t6.float()).to(torch.bfloat16)
+    t0.copy_(t10)
+    t1.copy_(t6)
+    t49 = t10[None, None, :, :S].expand(1, H, S, S)
+    t84 = torch.softmax(t3.float() * 0.0883883 + t49.float(), dim=-1)
+    return t49, t84, t84.to(torch.bfloat16)
+
+
+def test_issue4888_end_to_end():
+    outs = check_fusion(issue4888, issue4888_inputs(), issue4888_eager, atol=1e-5, rtol=1e-5)
+    with FusionDefinition() as fd:
+        issue4888(fd)
+    inputs = issue4888_inputs()
+    fd.execute(inputs)
+    reports = fd.last_execution()
+    assert [r.kind for r in reports] == ["PointWise", "ExprEval", "InnerPersistent"]
+    assert [r.runs_as for r in reports] == ["triton", "aten", "triton"]
+    view_name = fd.fusion.outputs[0].name
+    assert list(reports[1].outputs[view_name].contiguity) == [None, None, False, True]
+    assert outs[0].stride() == (S * (S + 1), 0, S + 1, 1)
+    # The softmax kernel reads the view with a row pitch of 65 bf16 (130 bytes): nothing may claim alignment.
+    plan = fd.last_runtime().executors[2].plan
+    view_param = f"t{plan.inputs.index(fd.fusion.outputs[0])}"
+    (roff,) = [line for line in plan.source.splitlines() if f"{view_param}_roff =" in line]
+    assert "* (" not in roff, roff
+    # The contiguous [1,4,64,64] scores input has 16-byte aligned rows, and the kernel may say so.
+    scores_param = f"t{plan.inputs.index(fd.fusion.inputs[3])}"
+    (roff,) = [line for line in plan.source.splitlines() if f"{scores_param}_roff =" in line]
+    assert "* 8)" in roff, roff
+
+
+def test_issue4888_without_infer_contiguity_takes_the_safe_path():
+    inputs = issue4888_inputs()
+    refs = issue4888_eager(*[t.clone() for t in inputs])
+    with FusionDefinition() as fd:
+        issue4888(fd)
+    outs = fd.execute(inputs, _disable_options=["infer_contiguity"])
+    for o, r in zip(outs, refs):
+        assert_same(o, r, atol=1e-5, rtol=1e-5)
+    rt = fd.last_runtime()
+    view = fd.fusion.outputs[0]
+    assert list(rt.layout(view).contiguity) == [None, None, True, True]  # the old, wrong assumption
+    # The softmax kernel was planned for that assumption; the guard sees the real strides and uses ATen.
+    assert rt.executors[2].last_path == "aten (layout guard)"
+
+
+def test_aligned_pitch_is_claimed():
+    x = make((16, 72), torch.bfloat16)[:, :64]  # pitch 72 bf16 = 144 bytes: 16-byte aligned rows
+
+    def fn(fd):
+        t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
+        fd.add_output(fd.ops.sum(fd.ops.mul(t, t), dims=[1]))
+
+    check_fusion(fn, [x], lambda x: (x.float() * x.float()).sum(1))
+    with FusionDefinition() as fd:
+        fn(fd)
+    fd.execute([x])
+    assert "* (t0_s0 * 8)" in fd.last_execution()[0].kernel_source
+
+
+@pytest.mark.parametrize("cols", [50, 10000])  # persistent and looped kernels
+def test_softmax_modes(cols):
+    x = make((3, cols), torch.bfloat16)
+
+    def fn(fd):
+        t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
+        e = fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, dims=[1], keepdim=True)))
+        fd.add_output(fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True)))
+
+    check_fusion(fn, [x], lambda x: torch.softmax(x.float(), -1), atol=1e-6, rtol=1e-5)
+    with FusionDefinition() as fd:
+        fn(fd)
+    fd.execute([x])
+    assert fd.last_execution()[0].kernel_name.split("_")[1] == ("persistent" if cols == 50 else "looped")
+
+
+def test_outer_reduction_and_epilogue():
+    x = make((9, 6))
+
+    def fn(fd):
+        t = fd.from_pytorch(x)
+        fd.add_output(fd.ops.mul(fd.ops.sum(t, dims=[0]), 2.0))
+
+    check_fusion(fn, [x], lambda x: x.sum(0) * 2.0, atol=1e-5, rtol=1e-5)
+    with FusionDefinition() as fd:
+        fn(fd)
+    fd.execute([x])
+    assert [(r.kind, r.runs_as) for r in fd.last_execution()] == [("Reduction", "triton")]
+
+
+def test_equal_fusions_share_compiled_kernels():
+    x = make((5, 7))
+
+    def fn(fd):
+        fd.add_output(fd.ops.relu(fd.ops.add(fd.from_pytorch(x), 1.0)))
+
+    fds = []
+    for _ in range(2):
+        with FusionDefinition() as fd:
+            fn(fd)
+        fd.execute([x])
+        fds.append(fd)
+    k1, k2 = (f.last_runtime().executors[0].kernel for f in fds)
+    assert k1 is k2
+
+
+def test_dump_writes_reports_and_kernels(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYFUSER_DUMP", "segments,kernels")
+    monkeypatch.setenv("PYFUSER_DUMP_DIR", str(tmp_path))
+    x = make((4, 6))
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.exp(fd.from_pytorch(x)))
+    fd.execute([x])
+    names = sorted(os.listdir(tmp_path))
+    assert any(n.endswith("_segments.txt") for n in names)
+    kernel = fd.last_execution()[0].kernel_name
+    assert f"{kernel}.py" in names
+    assert "runs as triton kernel" in next(open(tmp_path / n).read() for n in names if n.endswith("_segments.txt"))
+
+
+def test_cached_call_does_not_replan():
+    x = make((4, 6))
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.exp(fd.from_pytorch(x)))
+    fd.execute([x])
+    ex = fd.last_runtime().executors[0]
+    fd.execute([x])
+    assert fd.last_runtime().executors[0] is ex and fd._executor.stats["hits"] == 1
