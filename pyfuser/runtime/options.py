@@ -26,13 +26,30 @@ class Options:
     check_layouts: bool = False
 
 
-def _env_names(var: str) -> tuple[str, ...]:
-    raw = os.environ.get(var, "")
-    return tuple(n.strip() for n in raw.split(",") if n.strip())
+_ENV_VARS = ("PYFUSER_ENABLE", "NVFUSER_ENABLE", "PYFUSER_DISABLE", "NVFUSER_DISABLE")
+_ENV_KEYS = tuple(os.fsencode(v) for v in _ENV_VARS)
+
+
+def _env_snapshot() -> tuple:
+    """The four option variables' raw values. This runs on every execute, so it reads CPython's underlying
+    byte mapping (about 0.1 µs a variable) rather than os.environ's encoding __getitem__ (about 1 µs)."""
+    data = getattr(os.environ, "_data", None)
+    if isinstance(data, dict):
+        return tuple(data.get(k) for k in _ENV_KEYS)
+    return tuple(os.environ.get(v) for v in _ENV_VARS)
+
+
+def _names(raw) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    text = os.fsdecode(raw) if isinstance(raw, bytes) else raw
+    return tuple(n.strip() for n in text.split(",") if n.strip())
 
 
 @lru_cache(maxsize=256)
-def _parse(enable: tuple, disable: tuple) -> Options:
+def _parse(enable: tuple, disable: tuple, env: tuple) -> Options:
+    enable = enable + _names(env[0]) + _names(env[1])
+    disable = disable + _names(env[2]) + _names(env[3])
     for name in enable:
         if name not in ENABLE_OPTIONS:
             raise OptionError(f"unknown enable option {name!r}; known: {sorted(ENABLE_OPTIONS)}")
@@ -50,6 +67,4 @@ def parse_options(enable: Sequence[str] = (), disable: Sequence[str] = ()) -> Op
     """Options for one call: the arguments plus PYFUSER_/NVFUSER_ENABLE and _DISABLE from the environment."""
     if isinstance(enable, str) or isinstance(disable, str):
         raise OptionError("_enable_options/_disable_options take a list of option names, not a string")
-    env_enable = _env_names("PYFUSER_ENABLE") + _env_names("NVFUSER_ENABLE")
-    env_disable = _env_names("PYFUSER_DISABLE") + _env_names("NVFUSER_DISABLE")
-    return _parse(tuple(enable) + env_enable, tuple(disable) + env_disable)
+    return _parse(tuple(enable), tuple(disable), _env_snapshot())
