@@ -217,11 +217,14 @@ class Emitter:
     """Writes the kernel source for a KernelBuilder and a row/column index structure."""
 
     def __init__(self, kb: KernelBuilder, params: list[TensorParam], n_row_dims: int, n_col_dims: int,
-                 mode: str, index64: bool):
+                 mode: str, index64: bool, n_cols_factor: int = 1):
         assert mode in ("pointwise", "persistent", "looped")
         self.kb, self.params = kb, params
         self.n_row_dims, self.n_col_dims = n_row_dims, n_col_dims
         self.mode, self.index64 = mode, index64
+        # n_cols's power-of-two factor, as a source constant: column masks are then provably constant over a
+        # vector, so masked loads and stores can be wide (Triton only knows "divisible by 16" by itself).
+        self.n_cols_factor = n_cols_factor
         self.lines: list[str] = []
         self.indent = 1
 
@@ -303,9 +306,12 @@ class Emitter:
         args += [f"rs{i}" for i in range(self.n_row_dims)] + [f"cs{i}" for i in range(self.n_col_dims)]
         for p in self.params:
             args += [stride for _, stride, _ in p.row_terms + p.col_terms]
-        args += ["n_rows", "n_cols", "BLOCK_R: tl.constexpr", "BLOCK_C: tl.constexpr"]
+        n_cols_arg = "n_cols" if self.n_cols_factor == 1 else "n_cols_q"
+        args += ["n_rows", n_cols_arg, "BLOCK_R: tl.constexpr", "BLOCK_C: tl.constexpr"]
         self.lines = [f"@triton.jit", f"def {name}({', '.join(args)}):"]
         self.indent = 1
+        if self.n_cols_factor != 1:
+            self.w(f"n_cols = n_cols_q * {self.n_cols_factor}")
         if self.mode == "pointwise":
             self.w("pid = tl.program_id(0)")
             self.w("nb_c = tl.cdiv(n_cols, BLOCK_C)")
@@ -388,7 +394,8 @@ class Emitter:
         self.emit_node(v, scope, "rmask")
 
 
-def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, mode, index64) -> str:
-    body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64).source(name)
+def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, mode, index64,
+                  n_cols_factor: int = 1) -> str:
+    body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64, n_cols_factor).source(name)
     header = "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n"
     return header + PRELUDE + "\n\n" + body

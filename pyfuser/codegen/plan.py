@@ -188,17 +188,19 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
     else:
         mode = "looped"
     block_r, block_c, num_warps = _blocks(mode, n_rows, n_cols, max(p.dtype.itemsize for p in params))
-    source_body = kernel_source("KERNEL", kb, params, len(row_runs), len(col_runs), mode, index64)
+    n_cols_factor = _aligned_factor(n_cols, 1)
+    source_body = kernel_source("KERNEL", kb, params, len(row_runs), len(col_runs), mode, index64, n_cols_factor)
     name = "pf_" + mode + "_" + hashlib.sha1(source_body.encode()).hexdigest()[:12]
     source = source_body.replace("def KERNEL(", f"def {name}(")
     n_blocks_r = -(-n_rows // block_r)
     grid = (n_blocks_r * -(-n_cols // block_c),) if mode == "pointwise" else (n_blocks_r,)
-    fixed = fixed_sizes + stride_args + [n_rows, n_cols]
+    fixed = fixed_sizes + stride_args + [n_rows, n_cols // n_cols_factor]
     arg_types = {f"{p.name}_ptr": "*" + _SIG_DTYPE[p.dtype] for p in params}
     for i, sv in enumerate(scalar_vals):
         arg_types[f"s{i}"] = "fp32" if _arg_dtype(sv).is_floating_point else "i64"
     fixed_names = [f"rs{i}" for i in range(len(row_runs))] + [f"cs{i}" for i in range(len(col_runs))]
-    fixed_names += [stride for p in params for _, stride, _ in p.row_terms + p.col_terms] + ["n_rows", "n_cols"]
+    fixed_names += [stride for p in params for _, stride, _ in p.row_terms + p.col_terms]
+    fixed_names += ["n_rows", "n_cols" if n_cols_factor == 1 else "n_cols_q"]
     for n, v in zip(fixed_names, fixed):
         arg_types[n] = "i32" if abs(v) <= INT32_MAX else "i64"
     arg_types.update(BLOCK_R="constexpr", BLOCK_C="constexpr")
@@ -275,12 +277,12 @@ def _arg_dtype(s) -> torch.dtype:
 TUNING = {
     "pw_elems_narrow": 8192,  # elements per program for 1- and 2-byte tensors
     "pw_elems": 4096,
-    "pw_max_block_c": 1024,  # column tile of a 2-D pointwise kernel
+    "pw_max_block_c": 2048,  # column tile of a 2-D pointwise kernel
     "pw_warps": 8,
-    "persistent_max_cols": 8192,  # longer rows use the looped kernel
-    "persistent_elems": 4096,  # rows per program: up to this many elements
+    "persistent_max_cols": 4096,  # longer rows use the looped kernel
+    "persistent_elems": 2048,  # rows per program: up to this many elements
     "persistent_warps": {2048: 4, 8192: 8, 1 << 62: 16},  # by elements per program
-    "looped_block_c": 4096,
+    "looped_block_c": 2048,
     "looped_warps": 8,
 }
 
@@ -292,7 +294,9 @@ def _blocks(mode: str, n_rows: int, n_cols: int, itemsize: int):
         if n_rows == 1:
             block_c, block_r = min(_next_pow2(max(n_cols, 1)), target), 1
         else:
-            block_c = min(_next_pow2(max(n_cols, 1)), t["pw_max_block_c"])
+            # The widest column tile that divides the row (no masked tail), else the narrower default.
+            wide = t["pw_max_block_c"]
+            block_c = min(_next_pow2(max(n_cols, 1)), wide if n_cols % wide == 0 else max(wide // 2, 1))
             block_r = max(1, min(_next_pow2(n_rows), target // block_c))
         num_warps = 4 if block_r * block_c <= 2048 else t["pw_warps"]
     elif mode == "persistent":
