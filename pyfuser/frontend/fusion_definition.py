@@ -275,7 +275,7 @@ class FusionDefinition:
     ) -> list:
         """Run the fusion; returns a list of outputs in add_output order (alias-only outputs excluded)."""
         del save_repro_inputs, profile  # accepted for API compatibility; nothing to save or profile yet
-        return self._get_executor().execute(
+        return (self._executor or self._get_executor()).execute(
             inputs, device=device, enable_options=_enable_options, disable_options=_disable_options
         )
 

@@ -98,7 +98,9 @@ def bind_inputs(fusion: Fusion, flat_inputs: Sequence[Any], device: Optional[tor
     """Bind inputs by position. The run's device is ``device`` if given, else that of the first tensor input
     that is not a CPU scalar (``is_cpu``), else "meta" if any tensor input is a meta tensor (meta inference of
     a fusion whose only tensors are CPU scalars), else :func:`default_device`."""
-    env = Env(device=None if device is None else torch.device(device))
+    if device is not None and not isinstance(device, torch.device):
+        device = torch.device(device)
+    env = Env(device=device)
     for v, x in zip(fusion.inputs, flat_inputs):
         env[id(v)] = x
     if env.device is None:
@@ -112,6 +114,8 @@ def bind_inputs(fusion: Fusion, flat_inputs: Sequence[Any], device: Optional[tor
 
 def collect_outputs(fusion: Fusion, env: Env) -> list:
     """Returned outputs in add_output order, after writing alias outputs into their input buffers."""
+    if not fusion.aliases:
+        return [env.value(v) for v in fusion.outputs]
     for val, alias_input in fusion.aliases:
         target = env.value(alias_input)
         value = env.value(val)
