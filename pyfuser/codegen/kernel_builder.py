@@ -152,6 +152,8 @@ class KernelBuilder:
             lit = repr(value) if value == value and abs(value) != float("inf") else f'float("{value}")'
             if dtype != torch.float32:  # a bare float literal is fp32 in Triton
                 return self.op(f"tl.full([], {lit}, {TL_DTYPE[dtype]})", [], dtype)
+        elif dtype == torch.bool:
+            lit = "1" if value else "0"  # as a cast to Bool: any non-zero value is True
         else:
             lit = repr(int(value))
         return self._add(KValue("const", dtype, template=lit))

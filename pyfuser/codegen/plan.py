@@ -78,26 +78,38 @@ def _dims_strides(tv: TensorView, meta: TensorMeta, dom: LoopDomain) -> dict:
 
 
 def _loop_sizes(dom: LoopDomain, metas: dict, tensors: list) -> dict:
+    """Extent of each loop dim: from the tensors the kernel reads or writes, else from a static extent in the
+    IR (a dim that broadcast_in_dim expands inside the kernel); an unknown one makes the segment go to ATen."""
     sizes = {}
     for tv in tensors:
         meta = metas[id(tv)]
         for d, ld in enumerate(dom.dims_of[id(tv)]):
             sizes[ld] = max(sizes.get(ld, 1), int(meta.sizes[d]))
+    for tid, tv in dom.tensors.items():
+        for ld, idom in zip(dom.dims_of[tid], tv.logical):
+            if ld in sizes and sizes[ld] != 1:
+                continue
+            if idom.is_broadcast and not idom.expanded:
+                continue
+            if idom.extent is None:
+                raise NotFusable(f"the extent of a dim of {tv.name} is only known at run time inside the kernel")
+            sizes[ld] = max(sizes.get(ld, 1), int(idom.extent))
     return sizes
 
 
 def _merge(group: list, sizes: dict, walks: list[dict]) -> list[list]:
     """Split ``group`` (outer to inner) into runs of loop dims every tensor can walk as one flat dim."""
     runs: list[list] = []
-    for ld in group:
+    for ld in group:  # ``ld`` is inner to every dim already placed
         if sizes.get(ld, 1) == 1:
             continue
         if runs:
-            inner = runs[-1][-1]
+            outer = runs[-1][-1]
             ok = True
             for w in walks:
-                a, b = w.get(ld), w.get(inner)
-                if (a is None) != (b is None) or (a is not None and a != b * sizes[inner]):
+                so, si = w.get(outer), w.get(ld)
+                # A flat walk: the outer dim steps over the whole inner dim.
+                if (so is None) != (si is None) or (so is not None and so != si * sizes[ld]):
                     ok = False
                     break
             if ok:
@@ -110,6 +122,10 @@ def _merge(group: list, sizes: dict, walks: list[dict]) -> list[list]:
 def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
     """``metas``: id(tv) -> TensorMeta for every segment input and output tensor."""
     kernel_exprs = [e for e in segment.exprs if e not in scalar_exprs]
+    made_here = {id(o) for e in kernel_exprs for o in e.outputs}
+    if any(id(v) in made_here for e in scalar_exprs for v in e.inputs):
+        # Host scalars are evaluated before the launch; one reading a tensor this kernel makes cannot be.
+        raise NotFusable("a host scalar reads a tensor computed inside the kernel")
     outputs = [o for o in segment.outputs if isinstance(o, TensorView)]
     # 0-dim CPU tensors (is_cpu inputs) cannot be read by a GPU kernel: they are passed by value.
     inputs = [v for v in segment.inputs if isinstance(v, TensorView) and not v.is_cpu]

@@ -129,13 +129,18 @@ def _reduction_loop_map(node):
     keep = node.kwargs.get("keepdim", False)
     pairs = []
     for out in node.outputs:
-        kept = range(inp.ndim) if keep else [d for d in range(inp.ndim) if d not in dims]
-        pairs += [((out, o), (inp, i)) for o, i in enumerate(kept)]
+        if keep:  # the size-1 dims left by keepdim are new broadcasts, not the reduced dims
+            pairs += [((out, d), (inp, d)) for d in range(inp.ndim) if d not in dims]
+        else:
+            kept = [d for d in range(inp.ndim) if d not in dims]
+            pairs += [((out, o), (inp, i)) for o, i in enumerate(kept)]
     return pairs
 
 
 def _reduced_dims(node):
-    return list(node.kwargs.get("dims", []))
+    """The reduced dims that really reduce (size-1 broadcast dims reduce to a copy)."""
+    inp = node.inputs[0]
+    return [d for d in node.kwargs.get("dims", []) if not (inp.logical[d].is_broadcast and not inp.logical[d].expanded)]
 
 
 def _lower_input(node, kb, x):
@@ -145,9 +150,14 @@ def _lower_input(node, kb, x):
     return kb.cast(x, node.info["compute"])
 
 
+def _reduces_only_broadcasts(node, dims) -> bool:
+    inp = node.inputs[0]
+    return all(inp.logical[d].is_broadcast and not inp.logical[d].expanded for d in dims)
+
+
 def _lower_reduce(node, kb, arg, dims, keepdim=False, dtype=DataType.Null):
     x = _lower_input(node, kb, arg)
-    if not dims:
+    if not dims or _reduces_only_broadcasts(node, dims):  # reducing size-1 dims is a copy
         return kb.cast(x, out_dtype(node))
     return kb.cast(kb.reduce(node.op.name, x), out_dtype(node))
 
@@ -163,7 +173,7 @@ def _lower_moments(node, kb, x):
 
 def _lower_var_mean(node, kb, arg, dims, correction=1, keepdim=False):
     x = _lower_input(node, kb, arg)
-    if not dims:
+    if not dims or _reduces_only_broadcasts(node, dims):
         from ..segment.loop_domain import NotFusable
 
         raise NotFusable("var over no dims")

@@ -122,6 +122,11 @@ def build_loop_domain(
             reduced = these
 
     dims_of = {tid: [uf.find((tid, d)) for d in range(tv.ndim)] for tid, tv in tensors.items()}
+    for tid, dims in dims_of.items():
+        if len(set(dims)) != len(dims):
+            # The tensor is read through two different dim maps (x + x.T, an outer difference): one kernel
+            # cannot index it with a single loop dim per tensor dim.
+            raise NotFusable(f"{tensors[tid].name} has two dims on one loop dim")
     if not tensors:
         return LoopDomain([], 0, frozenset(reduced), dims_of, tensors)
     if require_covering and tensors and LoopDomain([], 0, frozenset(), dims_of, tensors).covering_tensor() is None:
