@@ -55,7 +55,7 @@ def issue4888_eager(t0, t1, t2, t3):
 
 
 def test_issue4888_end_to_end():
-    outs = check_fusion(issue4888, issue4888_inputs(), issue4888_eager, atol=1e-5, rtol=1e-5)
+    outs = check_fusion(issue4888, issue4888_inputs(), issue4888_eager)
     with FusionDefinition() as fd:
         issue4888(fd)
     inputs = issue4888_inputs()
@@ -84,7 +84,7 @@ def test_issue4888_without_infer_contiguity_takes_the_safe_path():
         issue4888(fd)
     outs = fd.execute(inputs, _disable_options=["infer_contiguity"])
     for o, r in zip(outs, refs):
-        assert_same(o, r, atol=1e-5, rtol=1e-5)
+        assert_same(o, r)  # torch's default tolerances for each dtype (bf16: one rounding step)
     rt = fd.last_runtime()
     view = fd.fusion.outputs[0]
     assert list(rt.layout(view).contiguity) == [None, None, True, True]  # the old, wrong assumption

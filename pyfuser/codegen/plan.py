@@ -78,22 +78,26 @@ def _dims_strides(tv: TensorView, meta: TensorMeta, dom: LoopDomain) -> dict:
 
 
 def _loop_sizes(dom: LoopDomain, metas: dict, tensors: list) -> dict:
-    """Extent of each loop dim: from the tensors the kernel reads or writes, else from a static extent in the
-    IR (a dim that broadcast_in_dim expands inside the kernel); an unknown one makes the segment go to ATen."""
-    sizes = {}
+    """Extent of each loop dim, from the tensors the kernel reads or writes (the dims they really walk); a
+    reduced dim no tensor walks (a dim broadcast_in_dim expands inside the kernel) takes its static extent from
+    the IR. Disagreeing extents, or an unknown reduced extent, send the segment to ATen."""
+    sizes: dict = {}
     for tv in tensors:
         meta = metas[id(tv)]
         for d, ld in enumerate(dom.dims_of[id(tv)]):
-            sizes[ld] = max(sizes.get(ld, 1), int(meta.sizes[d]))
+            n = int(meta.sizes[d])
+            if n == 1 or meta.strides[d] == 0:
+                continue
+            if sizes.get(ld, n) != n:
+                raise NotFusable(f"extents {sizes[ld]} and {n} share one loop dim")
+            sizes[ld] = n
     for tid, tv in dom.tensors.items():
         for ld, idom in zip(dom.dims_of[tid], tv.logical):
-            if ld in sizes and sizes[ld] != 1:
-                continue
-            if idom.is_broadcast and not idom.expanded:
+            if ld in sizes or ld not in dom.reduced or (idom.is_broadcast and not idom.expanded):
                 continue
             if idom.extent is None:
-                raise NotFusable(f"the extent of a dim of {tv.name} is only known at run time inside the kernel")
-            sizes[ld] = max(sizes.get(ld, 1), int(idom.extent))
+                raise NotFusable(f"the extent of a reduced dim of {tv.name} is only known at run time")
+            sizes[ld] = int(idom.extent)
     return sizes
 
 

@@ -38,6 +38,10 @@ class _UnionFind:
             self.parent[rb] = ra
 
 
+def _size1(dom) -> bool:
+    return dom.is_broadcast and not dom.expanded
+
+
 def positional_loop_map(node: Expr) -> list[tuple[tuple[TensorView, int], tuple[TensorView, int]]]:
     """Default for pointwise ops: dims pair up aligned to the right (a lower-rank operand is broadcast)."""
     pairs = []
@@ -108,6 +112,11 @@ def build_loop_domain(
                     uf.find((id(v), d))
         loop_map = e.op.loop_map or positional_loop_map
         for (o, od), (i, idim) in loop_map(e):
+            # A size-1 broadcast dim never joins another dim: joining it would make one loop dim of the different
+            # extents it is broadcast against. (An expanded dim has a real extent, and eager materializes it in
+            # any result it flows into, so it joins like any dim.)
+            if _size1(o.logical[od]) or _size1(i.logical[idim]):
+                continue
             uf.union((id(o), od), (id(i), idim))
 
     reduced: set = set()
