@@ -174,3 +174,16 @@ def test_cached_call_does_not_replan():
     ex = fd.last_runtime().executors[0]
     fd.execute([x])
     assert fd.last_runtime().executors[0] is ex and fd._executor.stats["hits"] == 1
+
+
+@pytest.mark.parametrize("cols", [9, 9000])  # persistent and looped
+def test_bool_max_min_reductions(cols):
+    # Found by the fuzzer on the H200: a looped Bool reduction changed its accumulator's type inside the loop.
+    x = make((3, cols), torch.bool)
+
+    def fn(fd):
+        t = fd.from_pytorch(x)
+        fd.add_output(fd.ops.max(t, dims=[1]))
+        fd.add_output(fd.ops.min(t, dims=[1]))
+
+    check_fusion(fn, [x], lambda x: [x.amax(1), x.amin(1)])

@@ -159,6 +159,8 @@ def _lower_reduce(node, kb, arg, dims, keepdim=False, dtype=DataType.Null):
     x = _lower_input(node, kb, arg)
     if not dims or _reduces_only_broadcasts(node, dims):  # reducing size-1 dims is a copy
         return kb.cast(x, out_dtype(node))
+    if x.dtype == torch.bool:  # Triton folds 1-bit values into int32: reduce in int32 throughout
+        x = kb.cast(x, torch.int32)
     return kb.cast(kb.reduce(node.op.name, x), out_dtype(node))
 
 
