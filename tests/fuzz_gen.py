@@ -17,12 +17,16 @@ Alongside dtype and shape, every value carries two numbers the comparison needs:
 
 ``Builder.apply(name, *args, **kwargs)`` infers the result values of one op (the regression tests in
 test_fuzz.py write programs with it by hand); ``generate(seed)`` makes a random program with it.
+``make_inputs`` builds the input tensors in their layouts, ``relaid_inputs`` the same values in other accepted
+layouts. PYFUSER_FUZZ_MAX_DIM (default 9) raises the largest dim for GPU sweeps.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import random
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -43,10 +47,14 @@ SHORT = {F32: "f32", F64: "f64", BF16: "bf16", F16: "f16", I64: "i64", I32: "i32
 ULP = {F32: 2.0**-23, F64: 2.0**-52, BF16: 2.0**-7, F16: 2.0**-10}
 # libdevice vs ATen transcendentals: a few ulps of the compute dtype.
 TRANSCENDENTAL_ULPS = 4
-FLOAT_MAG_LIMIT = 1e4  # keeps every float far from overflow (fp16 max is 65504)
+FLOAT_MAG_LIMIT = 1e6  # keeps every float far from overflow
+HALF_MAG_LIMIT = 1e4  # fp16's max is 65504
 INT_MAG_LIMIT = 1e6
-MAX_NUMEL = 512
+# PYFUSER_FUZZ_MAX_DIM (default 9) raises the largest dim, e.g. to 256 on the GPU for long rows and big tiles.
+MAX_DIM = max(2, int(os.environ.get("PYFUSER_FUZZ_MAX_DIM", "9")))
+MAX_NUMEL = max(512, 2 * MAX_DIM**2)
 MAX_RANK = 4
+MAX_OPS = 14  # primitive ops; a softmax or layer-norm chain is 6-10 of them
 
 
 class Skip(Exception):
@@ -99,6 +107,7 @@ class InputSpec:
     dist: str = "normal"  # "normal" | "discrete" | "special" (floats only)
     seed: int = 0
     value: Any = None  # symbolic scalars: the Python number passed to execute
+    static_sizes: bool = False  # fd.from_pytorch(t, static_sizes=True): concrete extents in the definition
 
 
 @dataclass(eq=False)
@@ -138,7 +147,8 @@ class Program:
             if tensors is not None:
                 t = tensors[k]
                 extra = f" strides={tuple(t.stride())} offset={t.storage_offset()}"
-            lines.append(f"    {v.name}: {v.describe()} layout={spec.layout} dist={spec.dist}{extra}")
+            static = " static_sizes" if spec.static_sizes else ""
+            lines.append(f"    {v.name}: {v.describe()} layout={spec.layout} dist={spec.dist}{static}{extra}")
         lines.append("  ops:")
         for op in self.ops:
             lhs = ", ".join(o.name for o in op.outs)
@@ -169,6 +179,10 @@ def promote(*operands) -> torch.dtype:
         dt = torch.result_type(result, p)
         result = torch.empty(1, dtype=dt)
     return result.dtype if isinstance(result, torch.Tensor) else torch.result_type(torch.empty(1), result)
+
+
+def _mag_limit(dt: torch.dtype) -> float:
+    return HALF_MAG_LIMIT if dt == F16 else FLOAT_MAG_LIMIT if dt in FLOATS else INT_MAG_LIMIT
 
 
 def compute_dtype(dt: torch.dtype) -> torch.dtype:
@@ -438,7 +452,7 @@ class Builder:
             err = max(ea, eb)
         if c == BOOL:
             mag = 1.0
-        limit = FLOAT_MAG_LIMIT if c in FLOATS else INT_MAG_LIMIT
+        limit = _mag_limit(c)
         if mag > limit:
             raise Skip(f"{name}: magnitude {mag:g}")
         out = self._new(shape, c, bc, mag, err, fma=fma, special=special, lo=lo, nonneg=nonneg)
@@ -500,7 +514,7 @@ class Builder:
                 raise Skip("float -> int/bool cast of an inexact value")
         if dtype == I32 and x.mag > 2**30:
             raise Skip("int32 overflow")
-        if dtype == F16 and x.mag > FLOAT_MAG_LIMIT:
+        if dtype == F16 and x.mag > HALF_MAG_LIMIT:
             raise Skip("fp16 overflow")
         mag = 1.0 if dtype == BOOL else (math.trunc(x.mag) if dtype in INTS and x.is_float else x.mag)
         narrowing = dtype in FLOATS and (x.dtype not in FLOATS or ULP[dtype] > ULP.get(x.dtype, 0.0))
@@ -533,7 +547,7 @@ class Builder:
             c = compute_dtype(src)
             mag = n * x.mag if name == "sum" else x.mag**n
             if c in FLOATS:
-                if mag > FLOAT_MAG_LIMIT:
+                if mag > _mag_limit(src):
                     raise Skip("magnitude")
                 # every term may differ by err, and the summation order differs
                 inexact = n > 1 or x.err > 0
@@ -722,7 +736,7 @@ def build_fusion(program: Program, inputs: list) -> FusionDefinition:
             if spec.val.scalar:
                 env[id(spec.val)] = fd.define_scalar(dtype=DATATYPE[spec.val.dtype])
             else:
-                env[id(spec.val)] = fd.from_pytorch(x)
+                env[id(spec.val)] = fd.from_pytorch(x, static_sizes=spec.static_sizes)
 
         def res(a):
             if isinstance(a, Val):
@@ -733,7 +747,9 @@ def build_fusion(program: Program, inputs: list) -> FusionDefinition:
 
         for op in program.ops:
             args = [res(a) for a in op.args]
-            kwargs = {k: res(v) for k, v in op.kwargs.items()}
+            kwargs = {k: res(v) for k, v in op.kwargs.items() if k != "symbolic"}
+            if op.kwargs.get("symbolic"):
+                kwargs["shape"] = _symbolic_shape(fd, op, args[0])
             result = getattr(fd.ops, op.name)(*args, **kwargs)
             results = result if isinstance(result, tuple) else (result,)
             if len(results) != len(op.outs):
@@ -743,6 +759,19 @@ def build_fusion(program: Program, inputs: list) -> FusionDefinition:
         for v in program.outputs:
             fd.add_output(env[id(v)])
     return fd
+
+
+def _symbolic_shape(fd, op: Op, tv) -> list:
+    """broadcast_in_dim/expand's shape with fd.ops.size(input, j) wherever the entry is input dim j's extent
+    (as Thunder writes them): the extents are then Int scalars computed at run time."""
+    x, shape = op.args[0], list(op.kwargs["shape"])
+    if op.name == "broadcast_in_dim":
+        src = {d: j for j, d in enumerate(op.kwargs["broadcast_dims"])}
+    else:
+        src = {len(shape) - x.rank + j: j for j in range(x.rank)}
+    # Not for extent-1 dims: pyfuser's size() of a broadcast dim is a symbolic Int, which would make the dim an
+    # expanded broadcast of unknown extent (squeeze then refuses it).
+    return [fd.ops.size(tv, src[d]) if d in src and x.shape[src[d]] == n > 1 else n for d, n in enumerate(shape)]
 
 
 def _cast_operand(x, dt, device):
@@ -824,7 +853,8 @@ def run_reference(program: Program, inputs: list, device) -> list:
     env: dict[int, Any] = {}
     for spec, x in zip(program.inputs, inputs):
         env[id(spec.val)] = x
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # var with correction >= count: eager's NaN is the expected value
         for op in program.ops:
             args = [env[id(a)] if isinstance(a, Val) else a for a in op.args]
             result = _ref_op(op, args, device)
@@ -834,135 +864,6 @@ def run_reference(program: Program, inputs: list, device) -> list:
                     f"fuzzer bug: reference {op.name} gave {r.dtype}{tuple(r.shape)}, inferred {o.describe()}")
                 env[id(o)] = r
     return [env[id(v)] for v in program.outputs]
-
-
-# --------------------------------------------------------------------------------------------------------------
-# known-bug patterns (used to classify a failure, never to avoid a program)
-
-
-def loop_dim_conflicts(program: Program) -> list[str]:
-    """Unify tensor dims the way one generated kernel must index them (pointwise operands aligned from the right,
-    views by their dim maps, reductions by their kept dims, every dim with keepdim) over the whole program, and
-    report loop dims that a single index cannot serve: two dims of one tensor (x[:, None] - x[None, :]), or
-    extents that differ (a keepdim reduction's broadcast dim expanded to another extent). Ops without a Triton
-    lowering here (reshape, slice) run on ATen and separate kernels, so they map nothing."""
-    parent: dict = {}
-
-    def find(x):
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    def union(a, b):
-        parent[find(a)] = find(b)
-
-    vals = [spec.val for spec in program.inputs if not spec.val.scalar]
-    for op in program.ops:
-        ins = [a for a in op.args if isinstance(a, Val) and not a.scalar]
-        vals += op.outs
-        kw = op.kwargs
-        if op.name in ("reshape", "slice"):
-            continue
-        for o in op.outs:
-            x = ins[0] if ins else None
-            if op.name == "permute":
-                pairs = [(k, d) for k, d in enumerate(kw["dims"])]
-            elif op.name == "broadcast_in_dim":
-                pairs = [(d, j) for j, d in enumerate(kw["broadcast_dims"])]
-            elif op.name == "broadcast":
-                kept = [k for k, f in enumerate(kw["is_broadcast_dim"]) if not f]
-                pairs = list(zip(kept, range(len(kept))))
-            elif op.name == "expand":
-                new = o.rank - x.rank
-                pairs = [(new + i, i) for i in range(x.rank)]
-            elif op.name == "squeeze":
-                kept = [d for d in range(x.rank) if d not in kw["dims"]]
-                pairs = list(enumerate(kept))
-            elif op.name in REDUCTIONS:
-                kept = range(x.rank) if kw["keepdim"] else [d for d in range(x.rank) if d not in kw["dims"]]
-                pairs = list(enumerate(kept))
-            else:
-                for y in ins:
-                    lead = o.rank - y.rank
-                    for d in range(y.rank):
-                        union((id(o), lead + d), (id(y), d))
-                continue
-            for od, xd in pairs:
-                union((id(o), od), (id(x), xd))
-    members: dict = {}
-    for v in vals:
-        for d in range(v.rank):
-            members.setdefault(find((id(v), d)), []).append((v, d))
-    problems = []
-    for ms in members.values():
-        real = [(v, d) for v, d in ms if v.shape[d] > 1]
-        extents = sorted({v.shape[d] for v, d in real})
-        if len(extents) > 1:
-            problems.append("one loop dim joins extents " + str(extents) + ": "
-                            + ", ".join(f"{v.name}[{d}]" for v, d in real))
-        seen: dict = {}
-        for v, d in real:
-            seen.setdefault(v.name, []).append(d)
-        for name, dims in seen.items():
-            if len(dims) > 1:
-                problems.append(f"dims {dims} of {name} are one loop dim")
-    return problems
-
-
-def reductions_over_kernel_expansions(program: Program) -> list[str]:
-    """Reductions over a dim that only an expansion inside the program gives its extent (no program input or
-    output walks it), e.g. sum(broadcast_in_dim(x[4, 8], [4, 3, 8], [0, 2]), [1, 2])."""
-    produced_by = {id(o): op for op in program.ops for o in op.outs}
-    boundary = {id(spec.val) for spec in program.inputs} | {id(v) for v in program.outputs}
-    found = []
-    for op in program.ops:
-        if op.name not in REDUCTIONS:
-            continue
-        x = op.args[0]
-        for d in op.kwargs["dims"]:
-            if x.shape[d] > 1 and _expanded_here(x, d, produced_by, boundary):
-                found.append(f"{op.outs[0].name} = {op.name}({x.name}) reduces dim {d} (extent {x.shape[d]}), "
-                             "an expansion no kernel tensor walks")
-    return found
-
-
-def _expanded_here(v: Val, d: int, produced_by: dict, boundary: set) -> bool:
-    """Whether dim ``d`` of ``v`` gets its extent from an in-program expansion (followed back through ops that
-    keep dims in place)."""
-    if id(v) in boundary:
-        return False
-    op = produced_by.get(id(v))
-    if op is None:
-        return False
-    if op.name in ("broadcast_in_dim", "expand"):
-        x = op.args[0]
-        src = dict((o, i) for i, o in enumerate(op.kwargs["broadcast_dims"])) if op.name == "broadcast_in_dim" \
-            else {v.rank - x.rank + i: i for i in range(x.rank)}
-        if d not in src or x.shape[src[d]] == 1:
-            return True
-        return _expanded_here(x, src[d], produced_by, boundary)
-    if op.name in FLOAT_UNARY or op.name in KEEP_UNARY or op.name in ("neg", "cast") or op.name in BOOL_UNARY \
-            or op.name in ARITH or op.name in COMPARE or op.name in LOGICAL or op.name in BITWISE \
-            or op.name in DIVISION or op.name in ("where", "clamp"):
-        operands = [a for a in op.args if isinstance(a, Val) and not a.scalar]
-        lead = [v.rank - a.rank for a in operands]
-        walked = [a for a, l in zip(operands, lead) if d - l >= 0 and a.shape[d - l] > 1]
-        return bool(walked) and all(_expanded_here(a, d - l, produced_by, boundary)
-                                    for a, l in zip(operands, lead) if d - l >= 0 and a.shape[d - l] > 1)
-    return False
-
-
-def truncated_bool_constants(program: Program) -> list[str]:
-    """logical_and/logical_or with a Python number other than 0 and 1 (converted to Bool as a kernel constant)."""
-    found = []
-    for op in program.ops:
-        if op.name in LOGICAL:
-            for a in op.args:
-                if not isinstance(a, Val) and a not in (0, 1):
-                    found.append(f"{op.outs[0].name} = {op.name}(..., {a!r})")
-    return found
 
 
 # Relative tolerance per dtype (on top of the value's error bound): one rounding of the result.
@@ -980,7 +881,6 @@ def tolerances(v: Val) -> tuple[float, float]:
 # the random generator
 
 DTYPE_WEIGHTS = [(F32, 34), (BF16, 14), (F16, 10), (F64, 10), (I64, 10), (I32, 10), (BOOL, 12)]
-LAYOUTS = ["contiguous", "transposed", "sliced", "strided", "offset", "expanded", "permuted"]
 SCALARS = [0.5, 2.0, -1.5, 3.0, 1e-3, -0.25, 1, 2, -3]
 
 
@@ -1000,7 +900,11 @@ class Generator:
     def base_shape(self) -> tuple:
         r = self.rng
         rank = r.choices([1, 2, 3, 4], [15, 40, 35, 10])[0]
-        shape = [r.choice([1, 2, 3, 4, 5, 6, 7, 8, 9, 3, 4, 5]) for _ in range(rank)]
+        if MAX_DIM <= 9:
+            sizes = [1, 2, 3, 4, 5, 6, 7, 8, 9, 3, 4, 5]
+        else:  # small ones, round ones, awkward ones, and the largest
+            sizes = [1, 2, 3, 5, 8, 16, MAX_DIM, MAX_DIM - 1, r.randint(2, MAX_DIM), r.randint(2, MAX_DIM)]
+        shape = [min(r.choice(sizes), MAX_DIM) for _ in range(rank)]
         while math.prod(shape) > MAX_NUMEL // 2:
             i = r.randrange(rank)
             shape[i] = max(1, shape[i] // 2)
@@ -1028,7 +932,9 @@ class Generator:
             layout += "".join(map(str, order))
         dist = r.choices(["normal", "discrete", "special"], [70, 22, 8])[0]
         self._input_seed += 1
-        return self.b.input(shape, dtype, layout, dist, self._input_seed)
+        v = self.b.input(shape, dtype, layout, dist, self._input_seed)
+        self.b.program.inputs[-1].static_sizes = r.random() < 0.15
+        return v
 
     def pick(self, pred=lambda v: True, recent=0.6) -> Val:
         cands = [v for v in self.b.values if pred(v)]
@@ -1059,6 +965,12 @@ class Generator:
             shape = shape[r.randrange(1, len(shape)):]
         elif form < 0.6:  # size-1 (broadcast) dims
             shape = [1 if r.random() < 0.35 else s for s in shape]
+        elif form < 0.75 and any(n == 1 and b for n, b in zip(shape, a.bcast)):
+            # complementary: grow a's broadcast dims, broadcast a's other dims ([4, 1] with [1, 5])
+            shape = [r.randint(2, 6) if (n == 1 and b) else (1 if r.random() < 0.5 else n)
+                     for n, b in zip(shape, a.bcast)]
+            if math.prod(broadcast_shapes([a, Val("", tuple(shape), F32, tuple(n == 1 for n in shape))])[0]) > MAX_NUMEL:
+                raise Skip("partner too big")
         v = self.new_input(shape, self.dtype())
         if not pred(v) or not self.compatible(a, v):
             raise Skip("partner")
@@ -1194,9 +1106,10 @@ class Generator:
             raise Skip("grow")
         if kind == "broadcast":
             return self.b.apply("broadcast", x, [d not in positions for d in range(out_rank)])
-        if kind == "expand":
-            return self.b.apply("expand", x, shape)
-        return self.b.apply("broadcast_in_dim", x, shape, positions)
+        out = self.b.apply("expand", x, shape) if kind == "expand" else self.b.apply("broadcast_in_dim", x, shape, positions)
+        if r.random() < 0.25:
+            self.b.program.ops[-1].kwargs["symbolic"] = True
+        return out
 
     def _reshape(self, x: Val):
         r = self.rng
@@ -1299,14 +1212,14 @@ class Generator:
         target = r.randint(3, 10)
         attempts = 0
         while len(self.b.program.ops) < target and attempts < 200:
-            if len(self.b.program.ops) >= 14:
-                break
             attempts += 1
             family = r.choices([f for f, _ in self.FAMILIES], [w for _, w in self.FAMILIES])[0]
             n_ops, n_vals = len(self.b.program.ops), len(self.b.values)
             n_inputs = len(self.b.program.inputs)
             try:
                 getattr(self, "gen_" + family)()
+                if len(self.b.program.ops) > MAX_OPS:
+                    raise Skip("program too long")
             except Skip:
                 # roll back a partial macro (ops and inputs it created)
                 del self.b.program.ops[n_ops:]
