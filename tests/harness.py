@@ -161,3 +161,31 @@ def kernel_kind(op_name: str, kernel: str = "PointWise") -> str:
     from pyfuser.ops import registry
 
     return kernel if registry.get(op_name).lower is not None else "ExprEval"
+
+
+# Allocation order of the "stride_order" layout for rank 3 (dim 0 fastest, then dim 2, dim 1 outermost).
+STRIDE_ORDER_3D = [0, 2, 1]
+
+
+def with_stride_order(shape, stride_order, dtype=torch.float32, device=DEVICE):
+    """A dense tensor of ``shape`` allocated in nvFuser's ``stride_order`` (entry = rank of the dim's stride)."""
+    rank = len(shape)
+    alloc = sorted(range(rank), key=lambda d: -stride_order[d])  # outermost first
+    base = make([shape[d] for d in alloc], dtype, device)
+    return base.permute([alloc.index(d) for d in range(rank)])
+
+
+def with_layout(layout: str, shape, dtype=torch.float32):
+    """A tensor of ``shape`` (rank 2 or 3) in one of the standard test layouts: contiguous, transposed, sliced,
+    expanded (along dim 0) or stride_order."""
+    if layout == "contiguous":
+        return make(shape, dtype)
+    if layout == "transposed":
+        return transposed(shape, dtype)
+    if layout == "sliced":
+        return sliced(shape, dtype)
+    if layout == "expanded":
+        return expanded(shape, 0, dtype)
+    if layout == "stride_order":
+        return with_stride_order(shape, STRIDE_ORDER_3D if len(shape) == 3 else [0, 1], dtype)
+    raise AssertionError(layout)

@@ -10,39 +10,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness import kernel_kind, DEVICE, check_fusion, define, expanded, make, sliced, transposed
+from harness import STRIDE_ORDER_3D, with_layout, with_stride_order, kernel_kind, DEVICE, check_fusion, define, expanded, make, sliced, transposed
 from pyfuser import DataType, FusionDefinitionError, FusionDtypeError
 from pyfuser.ir.dtypes import from_torch_dtype
 
 FLOATS = [torch.float32, torch.bfloat16, torch.float16]
 DTYPES = FLOATS + [torch.int64, torch.bool]
 LAYOUTS = ["contiguous", "transposed", "sliced", "expanded", "stride_order"]
-# Allocation order of the "stride_order" layout for rank 3 (dim 0 fastest, then dim 2, dim 1 outermost).
-STRIDE_ORDER_3D = [0, 2, 1]
-
-
-def with_stride_order(shape, stride_order, dtype=torch.float32):
-    """A dense tensor of ``shape`` allocated in nvFuser's ``stride_order`` (entry = rank of the dim's stride)."""
-    rank = len(shape)
-    alloc = sorted(range(rank), key=lambda d: -stride_order[d])  # outermost first
-    base = make([shape[d] for d in alloc], dtype)
-    return base.permute([alloc.index(d) for d in range(rank)])
-
-
-def make_arg(layout, shape, dtype=torch.float32):
-    """A 2-D or 3-D tensor of ``shape`` in the given layout (expanded along dim 0)."""
-    if layout == "contiguous":
-        return make(shape, dtype)
-    if layout == "transposed":
-        return transposed(shape, dtype)
-    if layout == "sliced":
-        return sliced(shape, dtype)
-    if layout == "expanded":
-        return expanded(shape, 0, dtype)
-    if layout == "stride_order":
-        order = STRIDE_ORDER_3D if len(shape) == 3 else [0, 1]
-        return with_stride_order(shape, order, dtype)
-    raise AssertionError(layout)
+make_arg = with_layout  # a 2-D or 3-D tensor of ``shape`` in the given layout (expanded along dim 0)
 
 
 def define_input(fd, t, layout=None):

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness import kernel_kind, DEVICE, check_fusion, define, expanded, make, sliced, transposed
+from harness import STRIDE_ORDER_3D, with_layout, kernel_kind, DEVICE, check_fusion, define, expanded, make, sliced, transposed
 
 from pyfuser import DataType, FusionDefinitionError, FusionDtypeError, FusionExecutionError, UnsupportedOpError
 from pyfuser.frontend.pytorch_utils import torch_dtype_to_nvfuser_dtype
@@ -20,31 +20,13 @@ DTYPES = [torch.float32, torch.bfloat16, torch.int64, torch.bool]
 LAYOUTS = ["contiguous", "transposed", "sliced", "expanded", "stride_order"]
 
 # The stride_order layout: dim 0 fastest, then dim 2, then dim 1 (allocation order [1, 2, 0]).
-_STRIDE_ORDER_3D = [0, 2, 1]
+_STRIDE_ORDER_3D = STRIDE_ORDER_3D
 
 
 # --- helpers ---------------------------------------------------------------------------------------------------
 
 
-def layout_input(layout: str, shape, dtype=torch.float32):
-    """A tensor of ``shape`` (rank 2 or 3) with the given memory layout."""
-    if layout == "contiguous":
-        return make(shape, dtype)
-    if layout == "transposed":
-        return transposed(shape, dtype)
-    if layout == "sliced":
-        return sliced(shape, dtype)
-    if layout == "expanded":
-        return expanded(shape, 0, dtype)
-    if layout == "stride_order":
-        order = _STRIDE_ORDER_3D if len(shape) == 3 else [0, 1]
-        rank = len(shape)
-        alloc = [0] * rank
-        for d, s in enumerate(order):
-            alloc[rank - 1 - s] = d
-        base = make([shape[d] for d in alloc], dtype)
-        return base.permute([alloc.index(d) for d in range(rank)])
-    raise AssertionError(layout)
+layout_input = with_layout  # a tensor of ``shape`` (rank 2 or 3) with the given memory layout
 
 
 def define_input(fd, t: torch.Tensor, layout: str):
