@@ -61,9 +61,6 @@ class Fusion:
     def exprs(self) -> list[Expr]:
         return [s for s in self.statements if isinstance(s, Expr)]
 
-    def tensor_inputs(self) -> list[TensorView]:
-        return [v for v in self.inputs if isinstance(v, TensorView)]
-
     def all_outputs(self) -> list[Val]:
         """Returned outputs followed by alias-only outputs (deduplicated)."""
         seen = {id(v) for v in self.outputs}

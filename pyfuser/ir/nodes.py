@@ -210,10 +210,6 @@ class TensorView(Val):
     def ndim(self) -> int:
         return len(self.logical)
 
-    def allocation(self) -> tuple[IterDomain, ...]:
-        order = self.alloc_order or range(len(self.domain))
-        return tuple(self.domain[i] for i in order)
-
     def static_shape(self) -> list[Optional[int]]:
         return [d.extent if (not d.is_broadcast or d.expanded) else 1 for d in self.logical]
 

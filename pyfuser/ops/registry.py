@@ -33,10 +33,6 @@ class OpKind(enum.Enum):
     ATEN = "aten"  # only ever run by ATen (an ExprEval segment): matmul, linear, sdpa, embedding, topk, ...
     HOST = "host"  # host-side scalar ops: size, shape
 
-    @property
-    def is_expr_eval_only(self) -> bool:
-        return self in (OpKind.ATEN,)
-
 
 @dataclass
 class OpResult:
