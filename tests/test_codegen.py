@@ -187,3 +187,19 @@ def test_bool_max_min_reductions(cols):
         fd.add_output(fd.ops.min(t, dims=[1]))
 
     check_fusion(fn, [x], lambda x: [x.amax(1), x.amin(1)])
+
+
+def test_kernel_codegen_disabled_runs_every_segment_on_aten():
+    x = make((6, 9), torch.bfloat16).t()  # transposed input
+
+    def fn(fd):
+        t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
+        fd.add_output(fd.ops.sum(fd.ops.exp(t), dims=[1]))
+
+    with FusionDefinition() as fd:
+        fn(fd)
+    kernel_out = fd.execute([x])[0]
+    aten_out = fd.execute([x], _disable_options=["kernel_codegen"])[0]
+    assert [r.runs_as for r in fd.last_execution()] == ["aten"]
+    assert_same(kernel_out, aten_out, atol=1e-5, rtol=1e-5)
+    assert_same(aten_out, torch.exp(x.float()).sum(1), atol=1e-5, rtol=1e-5)
