@@ -1,0 +1,448 @@
+"""Triton kernels of pyfuser.nvfp4.layout_kernels, checked BIT-EXACTLY against the pure-torch reference.
+
+- layout_op == reference.preprocess_grouped_matmul_input_sf (whole zero-filled buffer, raw bits);
+- block_quantize == reference.quantize_nvfp4_fused (+ reference.linear_to_swizzled_128_4 with swizzle=True);
+- grouped_block_quantize == reference.grouped_quantize_nvfp4(fused=True).
+Plus hand-derived checks that need no reference (the specs' worked examples, FP4 ties), the launchers' argument
+errors, and an ahead-of-time sm_90 compile of every kernel variant (the interpreter accepts code the GPU compiler
+rejects). On CPU the kernels run under the Triton interpreter: shapes stay small (<= ~32 programs per launch).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from unittest import mock
+
+import pytest
+import torch
+
+from harness import DEVICE, make, sliced, transposed
+
+from pyfuser.nvfp4 import layout_kernels as lk
+from pyfuser.nvfp4 import reference as ref
+
+FP8 = torch.float8_e4m3fn
+_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def offsets(tokens):
+    """(input_offsets, output_offsets) for group sizes ``tokens``: exclusive prefix sums of the sizes and of
+    the sizes rounded up to 128."""
+    starts, padded, a, b = [], [], 0, 0
+    for t in tokens:
+        starts.append(a)
+        padded.append(b)
+        a += t
+        b += (t + 127) // 128 * 128
+    as_t = lambda v: torch.tensor(v, dtype=torch.int32, device=DEVICE)  # noqa: E731
+    return as_t(starts), as_t(padded)
+
+
+def buffer_bits(out, g):
+    """The whole layout-op buffer behind a returned [m, k] tensor, as integer bits."""
+    m, k = out.shape
+    numel = (m + 127 * g) * ((k + 3) // 4 * 4)
+    assert out.untyped_storage().nbytes() == numel * out.element_size()
+    return torch.as_strided(out, (numel,), (1,)).view(_INT[out.element_size()])
+
+
+def assert_layout_equal(out, expected, g):
+    assert out.dtype == expected.dtype and out.shape == expected.shape
+    assert out.stride() == expected.stride() == (out.shape[1], 1)
+    assert torch.equal(buffer_bits(out, g), buffer_bits(expected, g))
+
+
+def with_layout(layout, shape, dtype):
+    if layout == "transposed":
+        return transposed(shape, dtype)
+    if layout == "sliced":
+        return sliced(shape, dtype)
+    return make(shape, dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# layout_op
+# ---------------------------------------------------------------------------------------------------------------
+
+LAYOUT_CASES = {
+    "spec-k3": ([2, 3, 5], 3),
+    "g1": ([7], 5),
+    "g1-130rows": ([130], 4),  # a second 128-row tile
+    "empty-groups": ([0, 3, 0, 0, 140, 0], 9),  # empty first, middle and last groups
+    "k9-spec-test": ([100, 150, 262], 9),  # the upstream test's shape: m=512, offsets [0,100,250]/[0,128,384]
+    "k70": ([33, 40], 70),  # two column tiles with the default 64-wide tiles
+    "k1": ([3, 129, 1], 1),
+}
+
+
+@pytest.mark.parametrize("case", list(LAYOUT_CASES))
+@pytest.mark.parametrize("dtype", [FP8, torch.float32, torch.bfloat16], ids=["fp8", "f32", "bf16"])
+def test_layout_op_matches_reference(case, dtype):
+    tokens, k = LAYOUT_CASES[case]
+    x = make((sum(tokens), k), dtype)
+    in_off, out_off = offsets(tokens)
+    out = lk.layout_op(x, in_off, out_off)
+    assert_layout_equal(out, ref.preprocess_grouped_matmul_input_sf(x, in_off, out_off), len(tokens))
+
+
+@pytest.mark.parametrize("layout", ["transposed", "sliced"])
+@pytest.mark.parametrize("dtype", [FP8, torch.float32, torch.bfloat16], ids=["fp8", "f32", "bf16"])
+def test_layout_op_non_contiguous_input(layout, dtype):
+    tokens = [5, 0, 40]
+    x = with_layout(layout, (sum(tokens), 6), dtype)
+    assert not x.is_contiguous()
+    in_off, out_off = offsets(tokens)
+    out = lk.layout_op(x, in_off, out_off)
+    assert_layout_equal(out, ref.preprocess_grouped_matmul_input_sf(x, in_off, out_off), len(tokens))
+
+
+@pytest.mark.parametrize("block_m,block_k", [(8, 2), (128, 16)])
+def test_layout_op_tile_sizes(block_m, block_k):
+    # Tiles that straddle group boundaries and 32-row sub-tiles, and tiles wider than k.
+    tokens, k = [37, 0, 90, 2], 11
+    x = make((sum(tokens), k))
+    in_off, out_off = offsets(tokens)
+    out = lk.layout_op(x, in_off, out_off, block_m=block_m, block_k=block_k)
+    assert_layout_equal(out, ref.preprocess_grouped_matmul_input_sf(x, in_off, out_off), len(tokens))
+
+
+def test_layout_op_worked_example():
+    # layout_op.md "Worked example": tokens [2,3,5], k=3 (pk=4), buffer [391, 4].
+    x = torch.arange(1, 31, dtype=torch.float32, device=DEVICE).reshape(10, 3)
+    out = lk.layout_op(x, *offsets([2, 3, 5]))
+    assert out.shape == (10, 3) and out.stride() == (3, 1) and out.dtype == torch.float32
+    buf = buffer_bits(out, 3).view(torch.float32)
+    assert buf.numel() == 1564
+    placed = {0: (0, 0), 2: (0, 2), 16: (1, 0), 18: (1, 2), 512: (2, 0), 529: (3, 1), 546: (4, 2),
+              1024: (5, 0), 1042: (6, 2), 1089: (9, 1)}
+    for pos, (r, c) in placed.items():
+        assert buf[pos].item() == x[r, c].item(), (pos, r, c)
+    # Exactly the 30 inputs are written, each once; everything else is zero padding.
+    nz = buf[buf != 0]
+    assert sorted(nz.tolist()) == list(range(1, 31))
+
+
+def test_layout_op_other_spec_positions():
+    # layout_op.md: with pk=8 local (33,5) lands at 533; with pk=4 local (130,2) lands at 546.
+    x = torch.zeros(131, 8, device=DEVICE)
+    x[33, 5] = 7.0
+    buf = buffer_bits(lk.layout_op(x, *offsets([131])), 1).view(torch.float32)
+    assert buf.nonzero().flatten().tolist() == [533]
+    x = torch.zeros(131, 3, device=DEVICE)
+    x[130, 2] = 7.0
+    buf = buffer_bits(lk.layout_op(x, *offsets([131])), 1).view(torch.float32)
+    assert buf.nonzero().flatten().tolist() == [546]
+
+
+def test_layout_op_single_group_is_the_single_swizzle():
+    x = make((150, 6), FP8)
+    out = lk.layout_op(x, *offsets([150]))
+    sw = ref.linear_to_swizzled_128_4(x)  # [256, 8]
+    assert torch.equal(buffer_bits(out, 1)[: sw.numel()], sw.view(torch.uint8).flatten())
+    assert not buffer_bits(out, 1)[sw.numel():].any()
+
+
+def test_layout_op_empty_input():
+    x = torch.empty(0, 5, dtype=FP8, device=DEVICE)
+    out = lk.layout_op(x, *offsets([0, 0]))
+    assert out.shape == (0, 5) and out.dtype == FP8
+    assert out.untyped_storage().nbytes() == 127 * 2 * 8 and not buffer_bits(out, 2).any()
+
+
+def test_layout_op_never_writes_outside_the_buffer():
+    # The op trusts the offsets; bad ones give wrong placements but the kernel masks every write that would
+    # leave the buffer (here group 1's base row is far past the end) or precede input_offsets[0].
+    x = torch.arange(1, 11, dtype=torch.float32, device=DEVICE).reshape(10, 1)
+    in_off = torch.tensor([0, 4], dtype=torch.int32, device=DEVICE)
+    out_off = torch.tensor([0, 10**6], dtype=torch.int32, device=DEVICE)
+    buf = buffer_bits(lk.layout_op(x, in_off, out_off), 2).view(torch.float32)
+    assert sorted(buf[buf != 0].tolist()) == [1, 2, 3, 4]
+    late = torch.tensor([2, 4], dtype=torch.int32, device=DEVICE)
+    buf = buffer_bits(lk.layout_op(x, late, torch.tensor([0, 128], dtype=torch.int32, device=DEVICE)), 2)
+    assert sorted(buf.view(torch.float32)[buf != 0].tolist()) == list(range(3, 11))
+
+
+@pytest.mark.parametrize(
+    "args,exc,match",
+    [
+        (lambda: (make((6,)), *offsets([6])), ValueError, "2-D"),
+        (lambda: (make((6, 2)), torch.zeros(1, 1, dtype=torch.int32, device=DEVICE), offsets([6])[1]),
+         ValueError, "input_offsets must be a 1-D"),
+        (lambda: (make((6, 2)), offsets([6])[0].float(), offsets([6])[1]), TypeError, "input_offsets must be int32"),
+        (lambda: (make((6, 2)), offsets([3, 3])[0], offsets([6])[1]), ValueError, "2 entries but output_offsets has 1"),
+        (lambda: (make((6, 2)), offsets([])[0], offsets([])[1]), ValueError, "at least one group"),
+        (lambda: (make((6, 2), torch.complex128), *offsets([6])), TypeError, "dtype"),
+    ],
+    ids=["1d-input", "2d-offsets", "float-offsets", "length-mismatch", "no-groups", "complex128-bits"],
+)
+def test_layout_op_errors(args, exc, match):
+    with pytest.raises(exc, match=match):
+        lk.layout_op(*args())
+
+
+def test_layout_op_tile_size_error():
+    with pytest.raises(ValueError, match="block_m must be a power of two"):
+        lk.layout_op(make((6, 2)), *offsets([6]), block_m=24)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# block_quantize / grouped_block_quantize
+# ---------------------------------------------------------------------------------------------------------------
+
+def special_values(m, k, dtype):
+    """Random data with blocks that hit the edge cases of the fused scale: all zero (zero scale), tiny (the fp8
+    scale underflows to 0 while data is nonzero), huge (scale saturates at 448), inf, negative zeros, exact
+    FP4 ties, and a spread of magnitudes across blocks."""
+    x = torch.randn(m, k, device=DEVICE) * torch.logspace(-3, 3, m, device=DEVICE)[:, None]
+    x[0, :16] = 0.0
+    x[1 % m, :16] = -0.0
+    if m > 2:
+        x[2, :16] = torch.linspace(-1, 1, 16, device=DEVICE) * 1e-6
+    if m > 3:
+        x[3, :16] = torch.linspace(-1, 1, 16, device=DEVICE) * 1e5
+    if m > 4:
+        x[4, :16] = torch.tensor([6, .25, .75, 1.25, 1.75, 2.5, 3.5, 5, -.25, -.75, -1.25, -1.75, -2.5, -3.5, -5, 0.],
+                                 device=DEVICE)
+    if m > 5:
+        x[5, :16] = torch.randn(16, device=DEVICE)
+        x[5, 3] = float("inf")
+    return x.to(dtype)
+
+
+QUANT_SHAPES = [(6, 16), (37, 48), (130, 32)]  # K=48: the 64-wide tile is masked; 130 rows: two 128-row tiles
+
+
+@pytest.mark.parametrize("shape", QUANT_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
+@pytest.mark.parametrize("gs", [None, 2688.0 / 7.5], ids=["no-gs", "gs"])
+@pytest.mark.parametrize("swizzle", [False, True], ids=["plain", "swizzled"])
+def test_block_quantize_matches_reference(shape, dtype, gs, swizzle):
+    x = special_values(*shape, dtype)
+    gs_t = None if gs is None else torch.tensor(gs, dtype=torch.float32, device=DEVICE)
+    packed, scales = lk.block_quantize(x, gs_t, swizzle=swizzle)
+    ref_packed, ref_scales = ref.quantize_nvfp4_fused(x, gs_t)
+    if swizzle:
+        ref_scales = ref.linear_to_swizzled_128_4(ref_scales)
+    assert packed.dtype == torch.float4_e2m1fn_x2 and packed.shape == (shape[0], shape[1] // 2)
+    assert packed.is_contiguous() and scales.is_contiguous()
+    assert scales.dtype == FP8 and scales.shape == ref_scales.shape
+    assert torch.equal(packed.view(torch.uint8), ref_packed.view(torch.uint8))
+    assert torch.equal(scales.view(torch.uint8), ref_scales.view(torch.uint8))
+
+
+@pytest.mark.parametrize("layout", ["transposed", "sliced"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
+def test_block_quantize_non_contiguous(layout, dtype):
+    x = with_layout(layout, (20, 64), dtype)
+    assert not x.is_contiguous()
+    gs = torch.tensor(3.0, device=DEVICE)
+    packed, scales = lk.block_quantize(x, gs)
+    ref_packed, ref_scales = ref.quantize_nvfp4_fused(x, gs)
+    assert torch.equal(packed.view(torch.uint8), ref_packed.view(torch.uint8))
+    assert torch.equal(scales.view(torch.uint8), ref_scales.view(torch.uint8))
+
+
+@pytest.mark.parametrize("block_size,block_k", [(16, 16), (16, 256), (32, 64), (2, 8)])
+def test_block_quantize_block_and_tile_sizes(block_size, block_k):
+    x = special_values(9, 96, torch.float32)
+    packed, scales = lk.block_quantize(x, None, block_size=block_size, block_m=4, block_k=block_k)
+    ref_packed, ref_scales = ref.quantize_nvfp4_fused(x, None, block_size)
+    assert torch.equal(packed.view(torch.uint8), ref_packed.view(torch.uint8))
+    assert torch.equal(scales.view(torch.uint8), ref_scales.view(torch.uint8))
+
+
+def test_block_quantize_nan_block_has_a_nan_scale():
+    # NaN propagates through the block max like torch.amax (the kernel uses a NaN-propagating max; the GPU's
+    # default max would drop it), so the block's scale is NaN and its values encode with magnitude 0.
+    x = make((2, 32))
+    x[1, 20] = float("nan")
+    packed, scales = lk.block_quantize(x)
+    ref_packed, ref_scales = ref.quantize_nvfp4_fused(x)
+    assert torch.equal(scales.view(torch.uint8), ref_scales.view(torch.uint8))
+    assert scales.float()[1, 1].isnan() and not scales.float()[1, 0].isnan()
+    codes = ref.unpack_fp4(packed)
+    assert torch.equal(codes[1, 16:] & 7, torch.zeros_like(codes[1, 16:]))
+    assert torch.equal(packed.view(torch.uint8)[:, :8], ref_packed.view(torch.uint8)[:, :8])
+
+
+WORKED_BLOCK = [0.1, -0.25, 0.5, 1, 3, -2.2, 0, 4.4, 0.7, -0.9, 1.3, 2.6, -3.9, 0.05, 5.2, -1.1]
+WORKED_FP4 = [0, -.5, .5, 1, 3, -3, 0, 6, 1, -1, 1.5, 3, -4, 0, 6, -1.5]
+
+
+@pytest.mark.parametrize("gs,scale", [(None, 0.875), (2688.0 / 10.4, 224.0)], ids=["no-gs", "gs"])
+def test_block_quantize_worked_block(gs, scale):
+    # nvfp4.md "Worked block": the e4m3 scale and the FP4 values, derived by hand (-4.5 is a tie -> -4).
+    x = torch.tensor([WORKED_BLOCK], device=DEVICE)
+    gs_t = None if gs is None else torch.tensor(gs, dtype=torch.float32, device=DEVICE)
+    packed, scales = lk.block_quantize(x, gs_t)
+    assert scales.float().item() == scale
+    assert ref.from_fp4(packed).flatten().tolist() == WORKED_FP4
+
+
+def test_fp4_ties_and_packing_by_hand():
+    # amax 6 gives scale exactly 1: the data are encoded unscaled. Midpoints round to the even code, -0.0 keeps
+    # its sign bit, and element 2j is the low nibble: (0, -0.5) -> 0x90, (0.5, 1) -> 0x21, (3, -3) -> 0xD5.
+    x = torch.tensor([[6, .25, .75, 1.25, 1.75, 2.5, 3.5, 5, -0.0, -0.5, 0.5, 1, 3, -3, 6, -.3]], device=DEVICE)
+    packed, scales = lk.block_quantize(x)
+    assert scales.float().item() == 1.0
+    assert packed.view(torch.uint8).flatten().tolist() == [0x07, 0x22, 0x44, 0x66, 0x98, 0x21, 0xD5, 0x97]
+
+
+def test_zero_scale_block_encodes_zeros():
+    # A block whose fp8 scale underflows to 0: the data become +-0 (codes 0 / 8), not x * inf (codes 7 / 15).
+    x = torch.tensor([[1e-9, -1e-9] * 8], device=DEVICE)
+    packed, scales = lk.block_quantize(x)
+    assert scales.view(torch.uint8).item() == 0
+    assert packed.view(torch.uint8).flatten().tolist() == [0x80] * 8
+
+
+GROUPED_CASES = {
+    "g1": [10],
+    "spec-tokens": [2, 3, 5],
+    "empty-groups": [0, 9, 0, 131, 0],
+}
+
+
+@pytest.mark.parametrize("case", list(GROUPED_CASES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
+@pytest.mark.parametrize("gs", [None, 448.0 * 6 / 9.0], ids=["no-gs", "gs"])
+def test_grouped_block_quantize_matches_reference(case, dtype, gs):
+    tokens = GROUPED_CASES[case]
+    x = special_values(sum(tokens), 48, dtype)  # K/16 = 3 scale columns: pk = 4 has a padded column
+    gs_t = None if gs is None else torch.tensor(gs, dtype=torch.float32, device=DEVICE)
+    in_off, out_off = offsets(tokens)
+    packed, scales = lk.grouped_block_quantize(x, in_off, out_off, gs_t)
+    ref_packed, ref_scales = ref.grouped_quantize_nvfp4(x, in_off, out_off, gs_t, fused=True)
+    assert torch.equal(packed.view(torch.uint8), ref_packed.view(torch.uint8))
+    assert_layout_equal(scales, ref_scales, len(tokens))
+
+
+def test_grouped_block_quantize_non_contiguous_and_small_tiles():
+    tokens = [40, 0, 29]
+    x = transposed((sum(tokens), 64), torch.bfloat16)
+    in_off, out_off = offsets(tokens)
+    packed, scales = lk.grouped_block_quantize(x, in_off, out_off, block_m=16, block_k=32)
+    ref_packed, ref_scales = ref.grouped_quantize_nvfp4(x, in_off, out_off, fused=True)
+    assert torch.equal(packed.view(torch.uint8), ref_packed.view(torch.uint8))
+    assert_layout_equal(scales, ref_scales, len(tokens))
+
+
+def test_fused_quantize_equals_quantize_then_layout_op():
+    # The one-kernel grouped quantize is the two-kernel pipeline (block_quantize, then layout_op on its scales).
+    tokens = [3, 0, 20]
+    x = make((sum(tokens), 32))
+    in_off, out_off = offsets(tokens)
+    packed, scales = lk.grouped_block_quantize(x, in_off, out_off)
+    packed2, plain = lk.block_quantize(x)
+    assert torch.equal(packed.view(torch.uint8), packed2.view(torch.uint8))
+    assert_layout_equal(scales, lk.layout_op(plain, in_off, out_off), len(tokens))
+
+
+def test_quantize_empty_rows():
+    x = torch.empty(0, 32, device=DEVICE)
+    packed, scales = lk.block_quantize(x, swizzle=True)
+    assert packed.shape == (0, 16) and scales.shape == (0, 4)
+    packed, scales = lk.grouped_block_quantize(x, *offsets([0, 0]))
+    assert packed.shape == (0, 16) and scales.shape == (0, 2) and not buffer_bits(scales, 2).any()
+
+
+@pytest.mark.parametrize(
+    "call,exc,match",
+    [
+        (lambda: lk.block_quantize(make((4, 24))), ValueError, r"K \(24\) must be a multiple of block_size \(16\)"),
+        (lambda: lk.block_quantize(make((32,))), ValueError, "x must be 2-D"),
+        (lambda: lk.block_quantize(make((4, 32), torch.int32)), TypeError, "float32, bfloat16 or float16"),
+        (lambda: lk.block_quantize(make((4, 32), FP8)), TypeError, "float32, bfloat16 or float16"),
+        (lambda: lk.block_quantize(make((4, 32)), torch.ones(1, device=DEVICE)), ValueError, "0-dim"),
+        (lambda: lk.block_quantize(make((4, 32)), torch.tensor(1.0, dtype=torch.float64, device=DEVICE)),
+         TypeError, "global_scale must be float32"),
+        (lambda: lk.block_quantize(make((4, 48)), block_size=12), ValueError, "block_size must be a power of two"),
+        (lambda: lk.block_quantize(make((4, 32)), block_k=48), ValueError, "block_k must be a power of two"),
+        (lambda: lk.grouped_block_quantize(make((4, 40)), *offsets([4])), ValueError, "multiple of block_size"),
+        (lambda: lk.grouped_block_quantize(make((4, 32)), offsets([4])[0], offsets([2, 2])[1]),
+         ValueError, "1 entries but output_offsets has 2"),
+    ],
+    ids=["k-not-multiple", "1d", "int", "fp8", "gs-1d", "gs-f64", "block-size", "block-k", "grouped-k", "grouped-g"],
+)
+def test_quantize_errors(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_launchers_never_read_tensor_values_on_the_host():
+    # No host sync: launch shapes come from m, k and g only; offsets and global_scale are read by the kernels.
+    # Every way Python reads a tensor's value is made to fail during the launches (on CUDA, torch's sync debug
+    # mode also turns any synchronizing call into an error).
+    x = make((10, 32))
+    in_off, out_off = offsets([3, 7])
+    gs = torch.tensor(2.0, device=DEVICE)
+    calls = [lambda: lk.layout_op(x, in_off, out_off), lambda: lk.block_quantize(x, gs, swizzle=True),
+             lambda: lk.grouped_block_quantize(x, in_off, out_off, gs)]
+    for call in calls:  # compile first (the interpreter and the compiler may inspect arguments freely)
+        call()
+
+    def host_read(*args, **kwargs):
+        raise AssertionError("a launcher read a tensor value on the host")
+
+    reads = ["item", "tolist", "__bool__", "__int__", "__index__", "__float__"]
+    with mock.patch.multiple(torch.Tensor, **{name: host_read for name in reads}):
+        if DEVICE.type == "cuda":
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            for call in calls:
+                call()
+        finally:
+            if DEVICE.type == "cuda":
+                torch.cuda.set_sync_debug_mode("default")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Ahead-of-time compile for the H200 (sm_90)
+# ---------------------------------------------------------------------------------------------------------------
+
+COMPILE = textwrap.dedent(
+    """
+    import json, re, sys
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from pyfuser.nvfp4 import layout_kernels as lk
+
+    def compile_ptx(fn, signature, constexprs):
+        src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+        return triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+
+    layout_sig = {"in_ptr": "*u8", "in_offsets_ptr": "*i32", "out_offsets_ptr": "*i32", "out_ptr": "*u8",
+                  "m": "i32", "k": "i32", "g": "i32", "stride_m": "i64", "stride_k": "i32", "pk": "i32",
+                  "out_numel": "i64", "LOG2_G": "constexpr", "BLOCK_M": "constexpr", "BLOCK_K": "constexpr"}
+    report = {"layout": compile_ptx(lk._layout_op_kernel, layout_sig, {"LOG2_G": 3, "BLOCK_M": 32, "BLOCK_K": 64})
+              is not None}
+    for dtype, layout, has_gs in (("fp32", 0, False), ("bf16", 1, True), ("fp16", 2, True)):
+        sig = {"x_ptr": "*" + dtype, "gs_ptr": "*fp32", "packed_ptr": "*u8", "scales_ptr": "*u8",
+               "in_offsets_ptr": "*i32", "out_offsets_ptr": "*i32", "M": "i32", "K": "i32", "g": "i32",
+               "stride_m": "i32", "stride_k": "i32", "scale_stride": "i32", "pk": "i32", "scales_numel": "i64",
+               "HAS_GS": "constexpr", "SCALE_LAYOUT": "constexpr", "LOG2_G": "constexpr", "BLOCK_SIZE": "constexpr",
+               "BLOCK_M": "constexpr", "BLOCK_K": "constexpr"}
+        ptx = compile_ptx(lk._block_quantize_kernel, sig, {"HAS_GS": has_gs, "SCALE_LAYOUT": layout, "LOG2_G": 2,
+                                                           "BLOCK_SIZE": 16, "BLOCK_M": 32, "BLOCK_K": 128})
+        report[f"{dtype}-{layout}"] = sorted(set(re.findall(r"\\b(div\\.[a-z0-9.]+|max\\.[A-Za-z0-9.]+)", ptx)))
+    print(json.dumps(report))
+    """
+)
+
+
+def test_kernels_compile_for_sm90():
+    pytest.importorskip("triton.backends.nvidia")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", COMPILE], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report.pop("layout")
+    assert len(report) == 3
+    for variant, instrs in report.items():
+        # Bit-exactness on the GPU: IEEE divisions (Triton's plain "/" is the approximate div.full.f32) and a
+        # NaN-propagating block max.
+        assert "div.rn.f32" in instrs and not any(i.startswith("div.full") for i in instrs), (variant, instrs)
+        assert any(i.startswith("max.NaN") for i in instrs), (variant, instrs)
