@@ -176,13 +176,16 @@ def nvfp4_grouped_mm(
     swap_ab: Optional[bool] = None,
     num_warps: Optional[int] = None,
     num_stages: Optional[int] = None,
+    out: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """NVFP4 grouped GEMM; returns a contiguous ``[M, N]`` tensor of ``out_dtype`` (bf16 or fp16).
 
     Operands as ``fd.ops.cutlass_nvfp4_grouped_mm`` receives them (see the module docstring and
     ``pyfuser.nvfp4.reference.nvfp4_grouped_mm``). The keyword arguments override ``default_config``'s choice.
     Offsets and problem sizes are read on the device only: the launch never synchronizes with the host. Offsets
-    are trusted (the op layer validates them); reads of scale1 are bounded by its storage all the same."""
+    are trusted (the op layer validates them); reads of scale1 are bounded by its storage all the same (a scale
+    past its end reads as 0). ``out``: an optional preallocated ``[M, N]`` result of ``out_dtype`` with unit
+    column stride; every element of it is written (rows no group covers with zeros)."""
     out_dtype = _out_torch_dtype(out_dtype)
     m, n, k, g = _validate(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
     cfg = default_config(m, n, k, g)
@@ -196,7 +199,11 @@ def nvfp4_grouped_mm(
         if v & (v - 1):
             _fail(f"{name} must be a power of two, got {v}")
 
-    out = torch.empty((m, n), dtype=out_dtype, device=mat1.device)
+    if out is None:
+        out = torch.empty((m, n), dtype=out_dtype, device=mat1.device)
+    elif (not isinstance(out, torch.Tensor) or tuple(out.shape) != (m, n) or out.dtype != out_dtype
+          or out.device != mat1.device or (n > 1 and out.stride(1) != 1)):
+        _fail(f"out must be a [{m}, {n}] {out_dtype} tensor on {mat1.device} with unit column stride")
     if m == 0 or n == 0:
         return out
     if g == 0:

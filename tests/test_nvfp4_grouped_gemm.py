@@ -1,0 +1,242 @@
+"""The Triton NVFP4 grouped GEMM (pyfuser.nvfp4.grouped_gemm) against an independent dequantize+matmul.
+
+The oracle here decodes FP4 codes with its own table, builds the swizzled scale buffers with the tensor-view form
+of the 128x4 swizzle (pad, view [R/128, 4, 32, pk/4, 4], swap axes 1 and 3) while the kernel uses the flat index
+formula, and multiplies in float64. Each case is also compared with pyfuser.nvfp4.reference.nvfp4_grouped_mm.
+Under TRITON_INTERPRET (CPU) the kernel runs in Triton's interpreter; on a GPU the same tests run it on CUDA.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import DEVICE
+from pyfuser.nvfp4 import reference
+from pyfuser.nvfp4.grouped_gemm import default_config, nvfp4_grouped_mm
+
+FP4_VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+
+
+def _round_up(a, b):
+    return -(-a // b) * b
+
+
+def _pack(codes: torch.Tensor) -> torch.Tensor:
+    """uint8 codes [..., K] -> float4_e2m1fn_x2 [..., K/2]; element 2j in the low nibble."""
+    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).contiguous().view(torch.float4_e2m1fn_x2)
+
+
+def _swizzle(s: torch.Tensor) -> torch.Tensor:
+    rows, cols = s.shape
+    r, pk = _round_up(max(rows, 1), 128), _round_up(cols, 4)
+    padded = torch.zeros((r, pk), dtype=s.dtype, device=s.device)
+    padded[:rows, :cols] = s
+    return padded.view(r // 128, 4, 32, pk // 4, 4).permute(0, 3, 2, 1, 4).contiguous().reshape(r, pk)
+
+
+def _e4m3(shape, gen, lo_bits=0x08, hi_bits=0x48, signed=False) -> torch.Tensor:
+    """Random e4m3 values from their bit patterns in [lo_bits, hi_bits] (0x08 = 2**-6, 0x48 = 4, 0x7e = 448)."""
+    bits = torch.randint(lo_bits, hi_bits + 1, shape, generator=gen, dtype=torch.int32)
+    if signed:
+        bits |= torch.randint(0, 2, shape, generator=gen, dtype=torch.int32) << 7
+    return bits.to(torch.uint8).view(torch.float8_e4m3fn)
+
+
+class Case:
+    """Random operands in the op's run-time form, plus what the oracle needs (codes and linear scales)."""
+
+    def __init__(self, tokens, n, k, *, seed=0, scale1_form="layout", e_offs=None, sf_offs=None, m=None,
+                 scale_bits=(0x08, 0x48), signed_scales=False):
+        gen = torch.Generator().manual_seed(seed)
+        g = len(tokens)
+        self.tokens, self.n, self.k = list(tokens), n, k
+        self.e_offs = e_offs if e_offs is not None else [sum(tokens[:i]) for i in range(g)]
+        self.sf_offs = sf_offs if sf_offs is not None else [sum(_round_up(t, 128) for t in tokens[:i]) for i in range(g)]
+        self.m = m if m is not None else sum(tokens)
+        sk = k // 16
+        self.codes1 = torch.randint(0, 16, (self.m, k), generator=gen, dtype=torch.uint8)
+        self.codes2 = torch.randint(0, 16, (g, n, k), generator=gen, dtype=torch.uint8)  # weights stored [G, N, K]
+        self.s1 = _e4m3((self.m, sk), gen, *scale_bits, signed=signed_scales)  # linear, row r of mat1
+        self.s2 = _e4m3((g, n, sk), gen, *scale_bits, signed=signed_scales)
+        self.alpha = (torch.rand(g, generator=gen) + 0.5) / k
+
+        mat1 = _pack(self.codes1)
+        mat2 = _pack(self.codes2).transpose(-1, -2)  # [G, K/2, N], strides [N*K/2, 1, K/2]
+        scale2 = torch.stack([_swizzle(self.s2[i]) for i in range(g)])  # [G, roundup(N,128), K/16]
+        if scale1_form == "layout":  # the layout op's result: logical [M, K/16] over a (M + 127 G) * pk buffer
+            storage = torch.zeros(((self.m + 127 * g) * sk,), dtype=torch.uint8)
+            self._place(storage, sk)
+            scale1 = torch.as_strided(storage.view(torch.float8_e4m3fn), (self.m, sk), (sk, 1))
+        else:  # a plain [rows, K/16] buffer covering every group's padded slab
+            rows = max([sf + _round_up(t, 128) for sf, t in zip(self.sf_offs, tokens)] + [1])
+            storage = torch.zeros((rows * sk,), dtype=torch.uint8)
+            self._place(storage, sk)
+            scale1 = storage.view(torch.float8_e4m3fn).view(rows, sk)
+        ps = torch.tensor([[t, n, k] for t in tokens], dtype=torch.int32).reshape(g, 3)
+        i32 = dict(dtype=torch.int32)
+        self.args = [mat1, mat2, scale1, scale2, self.alpha, ps, torch.tensor(self.e_offs, **i32).reshape(g),
+                     torch.tensor(self.sf_offs, **i32).reshape(g)]
+        self.args = [a.to(DEVICE) for a in self.args]
+
+    def _place(self, storage, sk):
+        for t, e, sf in zip(self.tokens, self.e_offs, self.sf_offs):
+            if t:
+                sw = _swizzle(self.s1[e:e + t]).view(torch.uint8).reshape(-1)
+                storage[sf * sk: sf * sk + sw.numel()] = sw
+
+    def oracle(self, out_dtype) -> torch.Tensor:
+        table = torch.tensor(FP4_VALUES, dtype=torch.float64)
+        a = table[self.codes1.long()] * self.s1.double().repeat_interleave(16, dim=1)
+        b = table[self.codes2.long()] * self.s2.double().repeat_interleave(16, dim=2)  # [G, N, K]
+        out = torch.zeros((self.m, self.n), dtype=torch.float64)
+        for i, (t, e) in enumerate(zip(self.tokens, self.e_offs)):
+            out[e:e + t] = (a[e:e + t] @ b[i].t()) * float(self.alpha[i])
+        return out.to(out_dtype)
+
+
+def _check(out, case, out_dtype):
+    assert out.dtype == out_dtype and tuple(out.shape) == (case.m, case.n) and out.is_contiguous()
+    expected = case.oracle(out_dtype)
+    scale = expected.double().abs().max().item() or 1.0
+    got = out.cpu()
+    torch.testing.assert_close(got.double(), expected.double(), atol=1e-2 * scale, rtol=1e-2)
+    # Every product is exact and the sum is fp32: beyond the tolerance, nearly all elements round identically.
+    assert (got == expected).double().mean().item() > 0.9
+    covered = torch.zeros(case.m, dtype=torch.bool)
+    for t, e in zip(case.tokens, case.e_offs):
+        covered[e:e + t] = True
+    assert torch.all(got[~covered] == 0), "rows no group covers must be zero"
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("scale1_form", ["layout", "plain"])
+@pytest.mark.parametrize("k", [64, 128])
+def test_matches_oracle_and_reference(k, scale1_form, out_dtype):
+    case = Case([20, 33, 0, 43], 128, k, seed=k, scale1_form=scale1_form)
+    out = nvfp4_grouped_mm(*case.args, out_dtype)
+    _check(out, case, out_dtype)
+    ref = reference.nvfp4_grouped_mm(*case.args, out_dtype)
+    scale = ref.double().abs().max().item()
+    torch.testing.assert_close(out.double(), ref.double(), atol=1e-2 * scale, rtol=1e-2)
+
+
+@pytest.mark.parametrize("swap_ab", [False, True])
+@pytest.mark.parametrize("block_m,block_n,block_k", [(16, 64, 128), (32, 128, 256)])
+def test_tile_configs(swap_ab, block_m, block_n, block_k):
+    # K=256: two k-tiles of 128 (unmasked K) or one of 256; m-tiles split the 33- and 43-row groups.
+    case = Case([20, 33, 0, 43], 128, 256, seed=1)
+    out = nvfp4_grouped_mm(*case.args, torch.bfloat16, block_m=block_m, block_n=block_n, block_k=block_k,
+                           swap_ab=swap_ab, num_warps=4, num_stages=2)
+    _check(out, case, torch.bfloat16)
+
+
+def test_groups_over_128_rows_and_n_tiles():
+    # A 150-row group spans two 128-row tiles of the scale swizzle; N=256 two 128-row tiles of each weight scale.
+    case = Case([150, 10], 256, 64, seed=2)
+    out = nvfp4_grouped_mm(*case.args, torch.bfloat16, block_m=64, block_n=128)
+    _check(out, case, torch.bfloat16)
+
+
+def test_n_not_multiple_of_128():
+    # scale2 is then [G, roundup(N,128), K/16] (each slice padded to whole 128-row tiles).
+    case = Case([5, 12], 72, 64, seed=3)
+    assert tuple(case.args[3].shape) == (2, 128, 4)
+    _check(nvfp4_grouped_mm(*case.args, torch.float16), case, torch.float16)
+
+
+def test_full_e4m3_range_and_signed_scales():
+    # Subnormal to 448 scales of both signs: every product is still exact in the fp16 operands.
+    case = Case([9, 23], 128, 128, seed=4, scale_bits=(0x01, 0x7E), signed_scales=True)
+    _check(nvfp4_grouped_mm(*case.args, torch.bfloat16), case, torch.bfloat16)
+
+
+def test_uncovered_rows_are_zeroed_in_a_preallocated_output():
+    # Rows 0-4 precede group 0, 15-29 follow it, group 1 is empty, 60-63 follow the last group; sf offsets have
+    # an extra slab between groups (the kernel must use them, not recompute them).
+    case = Case([10, 0, 20], 128, 64, seed=5, e_offs=[5, 30, 40], sf_offs=[0, 256, 256], m=64, scale1_form="plain")
+    out = torch.full((64, 128), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    res = nvfp4_grouped_mm(*case.args, torch.bfloat16, out=out, block_m=16)
+    assert res is out
+    _check(out, case, torch.bfloat16)
+
+
+def test_scale1_reads_stay_inside_its_storage():
+    # Group 1's scale slab lies past scale1's end: its scales read as 0 (rows of zeros), nothing outside is read.
+    case = Case([16, 16], 128, 64, seed=6, scale1_form="plain", sf_offs=[0, 128])
+    mat1, mat2, scale1, *rest = case.args
+    short = scale1[:128]  # only group 0's slab
+    out = nvfp4_grouped_mm(mat1, mat2, short.clone(), *rest, torch.float16)
+    _check(out[:16], _SliceOf(case, 16), torch.float16)
+    assert torch.all(out[16:].cpu() == 0)
+
+
+class _SliceOf:
+    """The first group of a case, for checking the rows that kept their scales."""
+
+    def __init__(self, case, rows):
+        self.m, self.n, self.tokens, self.e_offs = rows, case.n, case.tokens[:1], case.e_offs[:1]
+        self._case = case
+
+    def oracle(self, out_dtype):
+        return self._case.oracle(out_dtype)[: self.m]
+
+
+def test_default_config_heuristic():
+    decode = default_config(8 * 16, 2048, 4096, 8)
+    assert decode.swap_ab and decode.block_m == 16 and decode.block_n == 64
+    assert default_config(8 * 64, 14336, 4096, 8).block_m == 64
+    assert default_config(8 * 64, 14336, 4096, 8).block_n == 128  # 8 * 112 programs: wide tiles
+    prefill = default_config(8192, 14336, 4096, 8)
+    assert not prefill.swap_ab and prefill.block_m == 128
+
+
+def _bad(case, **changes):
+    args = dict(zip(["mat1", "mat2", "scale1", "scale2", "alpha", "problem_sizes", "expert_offsets", "sf_offsets"],
+                    case.args))
+    out_dtype = changes.pop("out_dtype", torch.bfloat16)
+    kwargs = {k: changes.pop(k) for k in list(changes) if k in ("block_k", "block_m", "out")}
+    args.update(changes)
+    return lambda: nvfp4_grouped_mm(*args.values(), out_dtype, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def small():
+    return Case([3, 5], 128, 64, seed=7)
+
+
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (lambda c: dict(mat1=c.args[0].view(torch.uint8).to(torch.bfloat16)), "mat1 must be packed fp4"),
+        (lambda c: dict(mat2=c.args[1].contiguous()), "mat2 must be a \\[G, N, K/2\\] contiguous weight"),
+        (lambda c: dict(mat2=c.args[1][:, :16]), "mat2's K/2 is 16"),
+        (lambda c: dict(mat1=c.args[0][:, :16], mat2=c.args[1][:, :16], scale1=c.args[2][:, :2],
+                        scale2=c.args[3][:, :, :2]), "K must be a multiple of 64"),
+        (lambda c: dict(mat2=c.args[1][:, :, :100]), "N must be a multiple of 8"),
+        (lambda c: dict(scale1=c.args[2].float()), "scale1 must be float8_e4m3fn"),
+        (lambda c: dict(scale1=c.args[2][:, :2]), "scale1 must be a contiguous \\[rows, K/16=4\\]"),
+        (lambda c: dict(scale2=c.args[3][:, :64]), "scale2 must be a contiguous \\[G, roundup\\(N,128\\), K/16\\]"),
+        (lambda c: dict(alpha=c.args[4].double()), "alpha must be float32"),
+        (lambda c: dict(alpha=c.args[4][:1]), "alpha must be \\[G=2\\]"),
+        (lambda c: dict(problem_sizes=c.args[5].long()), "problem_sizes must be int32"),
+        (lambda c: dict(problem_sizes=c.args[5][:, :2]), "problem_sizes must be \\[G=2, 3\\]"),
+        (lambda c: dict(expert_offsets=c.args[6][:1]), "expert_offsets must be \\[G=2\\]"),
+        (lambda c: dict(sf_offsets=c.args[7].long()), "sf_offsets must be int32"),
+        (lambda c: dict(out_dtype=torch.float32), "out_dtype must be torch.bfloat16 or torch.float16"),
+        (lambda c: dict(block_k=64), "block_k must be a multiple of 128"),
+        (lambda c: dict(block_m=48), "block_m must be a power of two"),
+        (lambda c: dict(out=torch.empty(8, 128, dtype=torch.float16, device=DEVICE)), "out must be a \\[8, 128\\]"),
+    ],
+)
+def test_validation_errors(small, change, match):
+    with pytest.raises(ValueError, match="nvfp4_grouped_mm: " + match):
+        _bad(small, **change(small))()
+
+
+def test_cpu_without_interpreter_is_refused(small, monkeypatch):
+    if DEVICE.type != "cpu":
+        pytest.skip("the refusal concerns CPU tensors")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(ValueError, match="runs on CUDA tensors"):
+        nvfp4_grouped_mm(*small.args, torch.bfloat16)
