@@ -183,8 +183,8 @@ def nvfp4_grouped_mm(
     Operands as ``fd.ops.cutlass_nvfp4_grouped_mm`` receives them (see the module docstring and
     ``pyfuser.nvfp4.reference.nvfp4_grouped_mm``). The keyword arguments override ``default_config``'s choice.
     Offsets and problem sizes are read on the device only: the launch never synchronizes with the host. Offsets
-    are trusted (the op layer validates them); reads of scale1 are bounded by its storage all the same (a scale
-    past its end reads as 0). ``out``: an optional preallocated ``[M, N]`` result of ``out_dtype`` with unit
+    are trusted (the op layer validates them); reads of scale1 are bounded by its storage all the same (a row
+    whose scales would extend past its end gets zero scales). ``out``: an optional preallocated ``[M, N]`` result of ``out_dtype`` with unit
     column stride; every element of it is written (rows no group covers with zeros)."""
     out_dtype = _out_torch_dtype(out_dtype)
     m, n, k, g = _validate(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
@@ -249,6 +249,12 @@ def _swizzle_row(r):
 
 
 @triton.jit
+def _load_s1(s1_ptr, s1_row, s1_mask, kb, PK):
+    s_col = (kb // 4) * 512 + kb % 4
+    return tl.load(s1_ptr + s1_row[:, None] + s_col[None, :], mask=s1_mask[:, None] & (kb < PK)[None, :], other=0.0)
+
+
+@triton.jit
 def _zero_rows(out_ptr, start, end, offs_n, n_mask, stride_om, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     zeros = tl.zeros((BLOCK_M, BLOCK_N), dtype=out_ptr.dtype.element_ty)
     for r0 in range(start, end, BLOCK_M):
@@ -306,6 +312,9 @@ def _nvfp4_grouped_mm_kernel(
     a_row_ptr = a_ptr + rows.to(tl.int64) * stride_am
     sf_g = tl.load(sfoff_ptr + grp).to(tl.int64)
     s1_row = sf_g * PK + (lr // 128).to(tl.int64) * 128 * PK + _swizzle_row(lr)
+    # Bound scale1 reads by its storage per ROW (a row's last scale sits at +(PK/4-1)*512+3): an element-wise
+    # bound would make the mask vary along K, and the scale loads could no longer be vectorized and pipelined.
+    s1_mask = r_mask & (s1_row + (PK // 4 - 1) * 512 + 4 <= s1_capacity)
     b_row_ptr = b_ptr + grp.to(tl.int64) * stride_bg + offs_n.to(tl.int64) * stride_bn
     s2_row = grp.to(tl.int64) * stride_s2g + (offs_n // 128).to(tl.int64) * 128 * PK + _swizzle_row(offs_n)
 
@@ -314,6 +323,9 @@ def _nvfp4_grouped_mm_kernel(
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # scale1 is prefetched one k-tile ahead by hand: at decode tiles (16 rows x BLOCK_K/16 bytes) a thread holds
+    # under 4 bytes of it, too few for the pipeliner's async copies, so it would otherwise wait on every load.
+    sa_next = _load_s1(s1_ptr, s1_row, s1_mask, tl.arange(0, BKW // 2), KW // 2)
     for k0 in range(0, KW, BKW):
         kw = k0 + offs_w
         if EVEN_K:  # no mask along K, so the word loads vectorize to 16 bytes
@@ -324,13 +336,16 @@ def _nvfp4_grouped_mm_kernel(
         bw = tl.load(b_row_ptr[:, None] + kw[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0)
         # One scale per 16-element block (2 words), loaded once and then repeated per word with interleave.
         # Loading it per word instead makes the scale load's scalar layout govern the whole dequantization
-        # (measured in the sm_90 SASS: twice the instructions, and the dequantized weights then go through
-        # shared memory instead of straight into the MMA's register operand).
+        # (seen in the compiled sm_90 SASS: twice the instructions per k-tile, and the dequantized weights go
+        # through shared memory instead of straight into the MMA's register operand).
         kb = k0 // 2 + tl.arange(0, BKW // 2)
-        kb_mask = kb < KW // 2
+        if EVEN_K:
+            kb_mask = tl.full((BKW // 2,), 1, tl.int1)
+        else:
+            kb_mask = kb < KW // 2
         s_col = (kb // 4) * 512 + kb % 4  # 4 consecutive blocks are 4 consecutive bytes
-        s1_pos = s1_row[:, None] + s_col[None, :]
-        sa = tl.load(s1_ptr + s1_pos, mask=r_mask[:, None] & kb_mask[None, :] & (s1_pos < s1_capacity), other=0.0)
+        sa = sa_next
+        sa_next = _load_s1(s1_ptr, s1_row, s1_mask, kb + BKW // 2, KW // 2)
         sb = tl.load(s2_ptr + s2_row[:, None] + s_col[None, :], mask=n_mask[:, None] & kb_mask[None, :], other=0.0)
         sa = sa.to(tl.float16) * 128.0
         sb = sb.to(tl.float16) * 128.0
