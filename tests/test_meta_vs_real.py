@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from harness import DEVICE, make
-from pyfuser import FusionDefinition
+from pyfuser import DataType, FusionDefinition
 from pyfuser.ops import OpKind, all_ops
 from pyfuser.segment.segmenter import SchedulerKind
 
@@ -124,6 +124,32 @@ def _unary(op_name, shape, *args, dtype=torch.float32, **kwargs):
     return lambda mk: ([mk(shape, dtype)], _single(op_name, *args, **kwargs))
 
 
+def _grouped_mm(case):
+    """torch._grouped_mm operands as models hold them (weights [g, n, k] transposed); CUDA wants 16-byte
+    aligned strides, so both layouts use these. n=20 checks the CUDA output's padded row pitch."""
+
+    def setup(mk):
+        bf = dict(dtype=torch.bfloat16)
+        if case == "rows":
+            a, b, offs = make((10, 32), **bf), make((3, 24, 32), **bf).transpose(-1, -2), [2, 5, 10]
+        elif case == "rows_n20":
+            a, b, offs = make((10, 32), **bf), make((3, 20, 32), **bf).transpose(-1, -2), [2, 5, 10]
+        elif case == "cols":
+            a, b, offs = make((3, 10, 32), **bf), make((24, 32), **bf).t(), [8, 16, 24]
+        else:
+            a, b, offs = make((32, 16), **bf).t(), make((32, 24), **bf), [8, 16, 32]
+        return [a, b, torch.tensor(offs, dtype=torch.int32, device=DEVICE)], _single("grouped_mm")
+
+    return setup
+
+
+def _nvfp4_gemm(mk):
+    from nvfp4_inputs import gemm_inputs
+
+    g = gemm_inputs(40, 128, 64, [15, 25], DEVICE)
+    return g.as_list(), lambda fd, *vals: [fd.ops.cutlass_nvfp4_grouped_mm(*vals, dtype=DataType.BFloat16)]
+
+
 CASES = [
     Case("mm", "matmul", _matmul((3, 4), (4, 5))),
     Case("dot", "matmul", _matmul((4,), (4,))),
@@ -157,6 +183,11 @@ CASES = [
     Case("middle", "squeeze", _unary("squeeze", (4, 1, 6), [1])),
     Case("dim0", "select", _unary("select", (4, 6), 2, 0)),
     Case("dim1", "select", _unary("select", (4, 6), -1, 1)),
+    Case("rows", "grouped_mm", _grouped_mm("rows")),
+    Case("rows_n20", "grouped_mm", _grouped_mm("rows_n20")),
+    Case("cols", "grouped_mm", _grouped_mm("cols")),
+    Case("k", "grouped_mm", _grouped_mm("k")),
+    Case("upstream", "cutlass_nvfp4_grouped_mm", _nvfp4_gemm),
 ]
 
 

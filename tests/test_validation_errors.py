@@ -450,12 +450,13 @@ def test_cast_to_invalid_dtype(dtype):
     raises(FusionDtypeError, defining(body), "fd.ops.cast:", "'dtype'", repr(dtype))
 
 
-def test_cast_to_fp4_is_unsupported():
-    def body(fd):
-        (t,) = _tensors(fd, ([-1], DataType.Float))
-        fd.ops.cast(t, DataType.Float4_e2m1fn)
+def test_cast_of_scalar_to_fp4_is_refused():
+    """FP4 values exist only packed in pairs inside tensors (test_ops_nvfp4.py covers tensor casts)."""
 
-    raises(UnsupportedOpError, defining(body), "fd.ops.cast", "Float4_e2m1fn")
+    def body(fd):
+        fd.ops.cast(fd.define_scalar(1.0), DataType.Float4_e2m1fn)
+
+    raises(FusionDtypeError, defining(body), "fd.ops.cast", "Float4_e2m1fn")
 
 
 # (op, operand dtypes, argument named in the message, its position): dtypes an op does not accept.

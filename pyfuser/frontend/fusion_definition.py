@@ -135,6 +135,13 @@ class FusionDefinition:
         contiguity = list(contiguity)
         if len(contiguity) != rank:
             raise FusionDefinitionError(f"define_tensor: contiguity has {len(contiguity)} entries but shape has rank {rank}")
+        if dtype is DataType.Float4_e2m1fn_x2 and rank > 0:
+            # Packed pairs become FP4 elements: the fastest allocation dim doubles (frontend.md "Packed FP4").
+            dtype, inner = DataType.Float4_e2m1fn, order[-1]
+            if shape[inner] == 1:
+                contiguity[rank - 1] = True if contiguity[rank - 1] is None else contiguity[rank - 1]
+            if shape[inner] > 0:
+                shape[inner] *= 2
         domain: list[Optional[IterDomain]] = [None] * rank
         for pos, d in enumerate(order):
             c = contiguity[pos]

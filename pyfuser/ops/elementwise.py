@@ -26,6 +26,7 @@ from ..ir.dtypes import (
     to_torch_dtype,
 )
 from ..ir.nodes import Scalar, TensorView
+from ..ir.packing import is_packed_fp4, packed_dim, packed_shape, unpacked
 from .common import (
     FusionDtypeError,
     broadcast_domain,
@@ -542,23 +543,62 @@ register("addcmul", OpKind.POINTWISE, _elementwise_eval(lambda a, b, c, v: a + v
 
 def _cast_eval(node, arg, dtype=None):
     out = node.outputs[0]
+    if isinstance(arg, torch.Tensor) and (is_packed_fp4(out) or is_packed_fp4(node.inputs[0])):
+        return _fp4_cast(node, arg)
     tdt = to_torch_dtype(out.dtype)
     if isinstance(arg, torch.Tensor):
         return arg.to(tdt, copy=True)
     return torch.tensor(arg).to(tdt).item()
 
 
+def _fp4_cast(node, arg):
+    """Casts into and out of packed FP4, along each TV's packed dim (round to nearest even, saturating at 6)."""
+    from ..nvfp4 import reference as ref
+
+    src, out = node.inputs[0], node.outputs[0]
+    if is_packed_fp4(src):
+        d = packed_dim(src)
+        codes = ref.unpack_fp4(arg.movedim(d, -1)).movedim(-1, d)
+        if is_packed_fp4(out):
+            return ref.pack_fp4(codes.movedim(packed_dim(out), -1)).movedim(-1, packed_dim(out))
+        return ref.fp4_decode(codes).to(to_torch_dtype(out.dtype))
+    d = packed_dim(out)
+    return ref.to_fp4(arg.to(torch.float32).movedim(d, -1)).movedim(-1, d)
+
+
+def _cast_meta(node, arg, dtype=None):
+    src, out = node.inputs[0], node.outputs[0]
+    if not isinstance(arg, torch.Tensor) or not (is_packed_fp4(src) or is_packed_fp4(out)):
+        return _cast_eval(node, arg, dtype)
+    sizes, strides = unpacked(src, arg.shape, arg.stride())
+    if is_packed_fp4(out):
+        shape = packed_shape(sizes, packed_dim(out))
+        return torch.empty(shape, dtype=to_torch_dtype(out.dtype), device="meta")
+    # Unpacking keeps the input's dim order (as ATen's .to() preserves a dense layout).
+    return torch.empty_strided(sizes, strides, dtype=to_torch_dtype(out.dtype), device="meta")
+
+
 def _cast_build(arg, dtype: DataType):
     check_operand("cast", arg, "arg")
     if not isinstance(dtype, DataType) or dtype is DataType.Null:
         fail("cast", f"argument 'dtype' must be a DataType other than Null, got {dtype!r}", FusionDtypeError)
-    if dtype in (DataType.Float4_e2m1fn, DataType.Float4_e2m1fn_x2):
-        from ..errors import UnsupportedOpError
+    if dtype is DataType.Float4_e2m1fn_x2:
+        fail("cast", "Float4_e2m1fn_x2 is a storage type (two values per byte): cast to Float4_e2m1fn", FusionDtypeError)
+    if dtype is DataType.Float4_e2m1fn or operand_dtype(arg) is DataType.Float4_e2m1fn:
+        if not isinstance(arg, TensorView):
+            fail("cast", f"a scalar cannot be cast to {dtype!r}", FusionDtypeError)
+        if is_complex(operand_dtype(arg)):
+            fail("cast", f"{arg.name} is complex and cannot be cast to Float4_e2m1fn", FusionDtypeError)
+    out = _output("cast", [arg], dtype)
+    if is_packed_fp4(out) and out.ndim == 0:
+        fail("cast", "a 0-dim tensor cannot be cast to Float4_e2m1fn (values are packed in pairs)")
+    if is_packed_fp4(out):
+        inner = out.logical[packed_dim(out)]
+        if inner.extent is not None and inner.extent % 2:
+            fail("cast", f"Float4_e2m1fn packs pairs along the last dim, whose extent {inner.extent} is odd")
+    return OpResult([out], (arg,), {"dtype": dtype})
 
-        raise UnsupportedOpError("fd.ops.cast to Float4_e2m1fn is not supported yet (NVFP4 issue)")
-    return OpResult([_output("cast", [arg], dtype)], (arg,), {"dtype": dtype})
 
-
-register("cast", OpKind.POINTWISE, _cast_eval, lower=cast_lowering)(_cast_build)
+register("cast", OpKind.POINTWISE, _cast_eval, meta=_cast_meta, lower=cast_lowering, accepts_fp4=True)(_cast_build)
 
 del math

@@ -32,6 +32,10 @@ class OpKind(enum.Enum):
     FACTORY = "factory"  # full, iota, uniform, normal
     ATEN = "aten"  # only ever run by ATen (an ExprEval segment): matmul, linear, sdpa, embedding, topk, ...
     HOST = "host"  # host-side scalar ops: size, shape
+    # An op with a hand-written Triton kernel family (pyfuser.nvfp4: the layout op, block quantization). It is
+    # scheduled like a pointwise op over its input but always forms its own segment: its writes are
+    # data-dependent (offsets decide where each row lands), so nothing may consume its output in the same kernel.
+    OWN_KERNEL = "own_kernel"
 
 
 @dataclass
@@ -58,12 +62,20 @@ class OpDef:
     loop_map: Optional[Callable] = None
     # For reductions: ``reduced_dims(node)`` -> the reduced dims of the (first) tensor input.
     reduced_dims: Optional[Callable] = None
+    # A hand-written Triton implementation, same signature as ``evaluate``. Executors call it where Triton runs
+    # (CUDA, or the interpreter) and kernels are enabled; ``evaluate`` stays the pure-torch reference.
+    kernel: Optional[Callable] = None
+    # Whether the op accepts Float4_e2m1fn operands (packed at run time: most ATen ops cannot read them).
+    accepts_fp4: bool = False
 
-    def run(self, node: Expr, args: tuple, kwargs: dict):
-        """Evaluate with ATen, picking the meta override when any tensor argument is on the meta device."""
+    def run(self, node: Expr, args: tuple, kwargs: dict, use_kernel: bool = False):
+        """Evaluate with ATen, picking the meta override when any tensor argument is on the meta device, or
+        the op's own Triton kernel when ``use_kernel``."""
         fn = self.evaluate
         if self.meta is not None and _any_meta(args, kwargs):
             fn = self.meta
+        elif use_kernel and self.kernel is not None:
+            fn = self.kernel
         return fn(node, *args, **kwargs)
 
 
@@ -91,11 +103,13 @@ def register(
 ):
     """Decorator: turn a builder returning OpResult into the user-facing op, and record the OpDef.
 
-    ``codegen_fields`` are the optional OpDef fields ``lower``, ``loop_map`` and ``reduced_dims``."""
+    ``codegen_fields`` are the optional OpDef fields ``lower``, ``loop_map``, ``reduced_dims``, ``kernel`` and
+    ``accepts_fp4``."""
 
     def deco(builder: Callable):
         @functools.wraps(builder)
         def op(*args, **kwargs):
+            _check_special_operands(opdef, args, kwargs)
             result = builder(*args, **kwargs)
             outputs = list(result.outputs)
             if outputs:
@@ -115,6 +129,42 @@ def register(
         return op
 
     return deco
+
+
+def _check_special_operands(opdef: OpDef, args: tuple, kwargs: dict) -> None:
+    """Operands only some ops may read: packed FP4 tensors, and block-scale tensors in the swizzled grouped
+    layout (the layout op's output), whose strides do not describe their data (layout_op.md)."""
+    from ..errors import FusionDefinitionError, FusionDtypeError
+    from ..ir.dtypes import DataType
+    from ..ir.nodes import TensorView
+
+    for x in list(args) + list(kwargs.values()):
+        if not isinstance(x, TensorView):
+            continue
+        producer = swizzled_scales_producer(x)
+        if producer is not None and opdef.name not in _SCALE_CONSUMERS:
+            raise FusionDefinitionError(
+                f"fd.ops.{opdef.name}: {x.name} is the output of fd.ops.{producer} (block scales in the padded "
+                f"128x4-swizzled grouped layout); it may only be used as scale1/scale2 of "
+                f"fd.ops.cutlass_nvfp4_grouped_mm or returned as a fusion output"
+            )
+        if x.dtype is DataType.Float4_e2m1fn and not opdef.accepts_fp4:
+            raise FusionDtypeError(
+                f"fd.ops.{opdef.name}: {x.name} is Float4_e2m1fn (packed at run time); cast it to Float first"
+            )
+
+
+def swizzled_scales_producer(tv) -> Optional[str]:
+    """The op name if ``tv`` holds block scales in the swizzled grouped layout (its producer's node marks the
+    output with ``info["swizzled_output"]``), else None."""
+    d = tv.definition
+    if d is None or d.info.get("swizzled_output") is None:
+        return None
+    return d.op.name if d.outputs[d.info["swizzled_output"]] is tv else None
+
+
+# The ops that read swizzled grouped block scales (the builder checks which argument position).
+_SCALE_CONSUMERS = ("cutlass_nvfp4_grouped_mm",)
 
 
 def get(name: str) -> OpDef:

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from ..errors import FusionDtypeError, UnsupportedOpError
 from ..frontend.tensor_descriptor import alloc_order_from_stride_order
+from ..ir.packing import unpacked
 from ..ir.dtypes import DataType, is_boolean, is_complex, is_floating, is_integral
 from ..ir.nodes import IterDomain, Scalar, TensorView, Vector
 from .common import (
@@ -120,10 +121,11 @@ def _result(op_name: str, tv: TensorView, domain, args=(), kwargs=None, extra_va
 
 
 def _size_eval(node, arg, dim):
-    return int(arg.shape[dim])
+    sizes, _ = unpacked(node.inputs[0], arg.shape, arg.stride())  # a packed FP4 tensor's logical extent
+    return int(sizes[dim])
 
 
-@register("size", OpKind.HOST, _size_eval)
+@register("size", OpKind.HOST, _size_eval, accepts_fp4=True)
 def size(arg, dim: int):
     """fd.ops.size(arg, dim): the extent of ``dim`` as an Int scalar."""
     tv = require_tensor("size", arg, "arg")

@@ -67,12 +67,12 @@ def run_device() -> torch.device:
     return default_device() if device is None else device
 
 
-def run_expr(expr: Expr, env: Env) -> None:
+def run_expr(expr: Expr, env: Env, use_kernel: bool = False) -> None:
     args = resolve(expr.args, env)
     kwargs = resolve(expr.kwargs, env)
     token = _RUN_DEVICE.set(env.device)
     try:
-        result = expr.op.run(expr, args, kwargs)
+        result = expr.op.run(expr, args, kwargs, use_kernel)
     except PyfuserError:
         raise
     except (RuntimeError, ValueError, TypeError, IndexError) as e:
@@ -89,9 +89,10 @@ def run_expr(expr: Expr, env: Env) -> None:
                 env[id(e)] = x
 
 
-def run_exprs(exprs: Iterable[Expr], env: Env) -> None:
+def run_exprs(exprs: Iterable[Expr], env: Env, use_kernels: bool = False) -> None:
+    """``use_kernels``: ops with a hand-written Triton kernel (OpDef.kernel) run it instead of the reference."""
     for e in exprs:
-        run_expr(e, env)
+        run_expr(e, env, use_kernels)
 
 
 def bind_inputs(fusion: Fusion, flat_inputs: Sequence[Any], device: Optional[torch.device] = None) -> Env:

@@ -10,7 +10,8 @@ from ..errors import FusionExecutionError
 from ..ir.nodes import TensorView
 from ..segment.segmenter import SchedulerKind, Segment, SegmentedFusion
 from .evaluator import Env, bind_inputs, collect_outputs, default_device
-from .kernel_executor import AtenSegmentExecutor, build_segment_executor
+from ..ops.registry import OpKind
+from .kernel_executor import AtenSegmentExecutor, build_segment_executor, triton_usable
 from .introspection import dump, reports
 from .layouts import TensorLayout
 from .meta_inference import infer_layouts
@@ -43,9 +44,15 @@ class FusionRuntime:
     def _build_executors(self, flat_inputs) -> list:
         expr_eval_outputs: set[int] = set()
         executors = []
+        # Hand-written kernels (OpDef.kernel) run where generated ones would; otherwise their reference does.
+        own_kernels = self.options.kernel_codegen and triton_usable(self.device)
         for seg in self.segments:
-            if seg.kind is SchedulerKind.EXPR_EVAL:
-                executors.append(AtenSegmentExecutor(seg, "ExprEval segment"))
+            own = [e.op.name for e in seg.exprs if e.op.kernel is not None]
+            if seg.kind is SchedulerKind.EXPR_EVAL or any(e.op.kind is OpKind.OWN_KERNEL for e in seg.exprs):
+                reason = "ExprEval segment" if seg.kind is SchedulerKind.EXPR_EVAL else "hand-written kernel"
+                if own:
+                    reason += f" ({', '.join(own)}: {'Triton kernel' if own_kernels else 'torch reference'})"
+                executors.append(AtenSegmentExecutor(seg, reason, use_kernels=own_kernels))
                 expr_eval_outputs.update(id(o) for o in seg.outputs)
             else:
                 executors.append(

@@ -51,16 +51,20 @@ def _scalar_arg(x):
 
 
 class AtenSegmentExecutor:
-    """Evaluates a segment op by op with ATen (ExprEval segments, and kernel segments without a kernel)."""
+    """Evaluates a segment op by op with ATen (ExprEval segments, and kernel segments without a kernel).
+
+    ``use_kernels``: ops that have a hand-written Triton kernel (the NVFP4 family) launch it instead of their
+    pure-torch reference evaluator."""
 
     kernel_source: Optional[str] = None
 
-    def __init__(self, segment, reason: str = ""):
+    def __init__(self, segment, reason: str = "", use_kernels: bool = False):
         self.segment = segment
         self.reason = reason
+        self.use_kernels = use_kernels
 
     def run(self, env: Env) -> None:
-        run_exprs(self.segment.exprs, env)
+        run_exprs(self.segment.exprs, env, self.use_kernels)
 
 
 class KernelSegmentExecutor:

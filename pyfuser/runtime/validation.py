@@ -14,6 +14,7 @@ import torch
 from ..errors import InputDeviceError, InputTypeError, InputValidationError
 from ..ir.dtypes import DataType, INTEGRAL, COMPLEX, to_torch_dtype
 from ..ir.fusion import Fusion
+from ..ir.packing import is_packed_fp4, packed_dim, unpacked
 from ..ir.nodes import Scalar, TensorView
 
 
@@ -98,6 +99,13 @@ class InputBinder:
         if tv.is_cpu and x.device.type != "cpu":
             raise InputDeviceError(f"{name} was defined with is_cpu=True and must be a CPU tensor, got one on {x.device}")
         sizes, strides = x.shape, x.stride()
+        if is_packed_fp4(tv) and x.dim() > 0:
+            d = packed_dim(tv)
+            if x.shape[d] > 1 and strides[d] != 1:
+                raise InputValidationError(
+                    f"{name} is packed Float4_e2m1fn: its packed dim {d} must have stride 1, got strides {list(strides)}"
+                )
+            sizes, strides = unpacked(tv, sizes, strides)
         for d, dom in enumerate(tv.logical):
             n = sizes[d]
             if dom.is_broadcast and not dom.expanded:

@@ -19,6 +19,7 @@ from typing import Optional
 
 from ..ir.fusion import Fusion
 from ..ir.nodes import Expr, Scalar, TensorView, Val, Vector
+from ..ir.packing import is_packed_fp4
 from ..ops.registry import OpKind
 from .loop_domain import NotFusable, build_loop_domain
 
@@ -59,6 +60,12 @@ class SegmentedFusion:
 
 _EXPR_EVAL = "expr_eval"
 _KERNEL = "kernel"
+_OWN_KERNEL = "own_kernel"  # an op with its own hand-written kernel: always a segment of its own
+
+
+def _touches_packed_fp4(e: Expr) -> bool:
+    """Generated kernels neither read nor write packed FP4 (pairs of values per byte): such casts run on ATen."""
+    return any(is_packed_fp4(v) for v in list(e.inputs) + list(e.outputs))
 
 
 def _is_scalar_expr(e: Expr) -> bool:
@@ -74,7 +81,9 @@ def classify(fusion: Fusion) -> dict[int, str]:
     for e in reversed(exprs):
         if _is_scalar_expr(e):
             kind[id(e)] = None
-        elif e.op.kind is OpKind.ATEN or e.op.lower is None:
+        elif e.op.kind is OpKind.OWN_KERNEL:
+            kind[id(e)] = _OWN_KERNEL
+        elif e.op.kind is OpKind.ATEN or e.op.lower is None or _touches_packed_fp4(e):
             kind[id(e)] = _EXPR_EVAL
         elif e.op.kind is OpKind.VIEW:
             consumers = [c for o in e.outputs for c in uses.get(id(o), [])]
@@ -196,7 +205,7 @@ def segment_fusion(fusion: Fusion) -> SegmentedFusion:
         remaining.remove(pick)
         if current_kind is None and kind[id(pick)] is not None:
             current_kind = kind[id(pick)]
-        if pick.op.name == "segment_set":
+        if pick.op.name == "segment_set" or current_kind == _OWN_KERNEL:
             groups.append((current_kind, current))
             current_kind, current = None, []
     if current:
@@ -213,6 +222,8 @@ def segment_fusion(fusion: Fusion) -> SegmentedFusion:
 def _scheduler_kind(kind: Optional[str], exprs: list[Expr]) -> SchedulerKind:
     if kind == _EXPR_EVAL or kind is None:
         return SchedulerKind.EXPR_EVAL
+    if kind == _OWN_KERNEL:  # scheduled like a pointwise op over its input (layout_op.md)
+        return SchedulerKind.POINTWISE
     reductions = [e for e in exprs if e.op.kind is OpKind.REDUCTION and e.op.reduced_dims(e)]
     if not reductions:
         return SchedulerKind.POINTWISE

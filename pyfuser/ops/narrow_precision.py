@@ -1,0 +1,389 @@
+"""NVFP4 ops: the layout op, block quantization and the NVFP4 grouped GEMM (layout_op.md, nvfp4.md).
+
+Each op is one registry entry: a builder with the definition-time checks, the pure-torch reference
+(``pyfuser.nvfp4.reference``) as its evaluator, a meta function, and a hand-written Triton implementation
+(``OpDef.kernel``) that executors launch on CUDA and under the Triton interpreter.
+
+Run-time checks read the offsets on the host (one small copy per call): the layout op writes through them, so
+decreasing or overlapping offsets would silently corrupt memory instead of failing.
+
+Returned block-scale tensors in the swizzled grouped layout have logical shape ``[m, k]`` and strides
+``[k, 1]``, which do not describe the data: the values live in a zero-filled buffer of ``(m + 127*g) * pk``
+elements (pk = roundup(k, 4)), group ``e`` starting at row ``output_offsets[e]`` in 128x4 swizzled tiles.
+Only ``cutlass_nvfp4_grouped_mm`` (as scale1/scale2) may consume them; the registry enforces that.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from ..errors import FusionExecutionError, UnsupportedOpError
+from ..ir.dtypes import DataType, to_torch_dtype
+from ..ir.nodes import IterDomain, TensorView
+from ..ir.packing import packed_shape
+from .common import FusionDtypeError, fail, fusion_of, new_tensor, require_tensor
+from .registry import OpKind, OpResult, register, swizzled_scales_producer
+
+_QUANT_INPUT = (DataType.Float, DataType.BFloat16, DataType.Half)
+
+
+def _ref():
+    from ..nvfp4 import reference
+
+    return reference
+
+
+def _round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
+
+
+# --------------------------------------------------------------------------------------------------------------
+# definition-time checks
+
+
+def _tensor(op: str, x, name: str, rank: Optional[int] = None, dtypes: Optional[Sequence[DataType]] = None) -> TensorView:
+    tv = require_tensor(op, x, name)
+    if rank is not None and tv.ndim != rank:
+        fail(op, f"argument '{name}' ({tv.name}) must have rank {rank}, got rank {tv.ndim}")
+    if dtypes is not None and tv.dtype not in dtypes:
+        want = " or ".join(repr(d) for d in dtypes)
+        fail(op, f"argument '{name}' ({tv.name}) must be {want}, got {tv.dtype!r}", FusionDtypeError)
+    return tv
+
+
+def _extent(tv: TensorView, d: int) -> Optional[int]:
+    dom = tv.logical[d]
+    return 1 if dom.is_broadcast and not dom.expanded else dom.extent
+
+
+def _offsets(op: str, input_offsets, output_offsets) -> tuple[TensorView, TensorView]:
+    a = _tensor(op, input_offsets, "input_offsets", 1, (DataType.Int32,))
+    b = _tensor(op, output_offsets, "output_offsets", 1, (DataType.Int32,))
+    ga, gb = _extent(a, 0), _extent(b, 0)
+    if ga is not None and gb is not None and ga != gb:
+        fail(op, f"input_offsets ({a.name}) has {ga} groups but output_offsets ({b.name}) has {gb}")
+    return a, b
+
+
+def _no_swizzled_operand(op: str, **operands) -> None:
+    for name, x in operands.items():
+        producer = swizzled_scales_producer(x) if isinstance(x, TensorView) else None
+        if producer is not None:
+            fail(op, f"argument '{name}' ({x.name}) is the output of fd.ops.{producer}: swizzled block scales may "
+                     f"only be scale1 or scale2")
+
+
+def _global_scale(op: str, global_scale) -> Optional[TensorView]:
+    if global_scale is None:
+        return None
+    return _tensor(op, global_scale, "global_scale", 0, (DataType.Float,))
+
+
+def _quant_input(op: str, x, block_size, dtype) -> TensorView:
+    tv = _tensor(op, x, "input", 2, _QUANT_INPUT)
+    if dtype is DataType.Float8_e4m3fn:
+        raise UnsupportedOpError(f"fd.ops.{op}: the MXFP8 variant (dtype=Float8_e4m3fn) is not supported")
+    if dtype is not DataType.Float4_e2m1fn:
+        fail(op, f"argument 'dtype' must be DataType.Float4_e2m1fn, got {dtype!r}", FusionDtypeError)
+    if block_size != 16:
+        fail(op, f"argument 'block_size' must be 16 for NVFP4, got {block_size!r}")
+    k = _extent(tv, 1)
+    if k is not None and k % block_size:
+        fail(op, f"the last dim of input ({tv.name}) is {k}, not a multiple of block_size {block_size}")
+    return tv
+
+
+def _quant_outputs(op: str, x: TensorView) -> tuple[TensorView, TensorView]:
+    fusion = fusion_of(op, x)
+    m, k = (IterDomain.iteration(_extent(x, d)) for d in range(2))
+    data = new_tensor(fusion, [m, k], DataType.Float4_e2m1fn)
+    kb = None if k.extent is None else k.extent // 16
+    scales = new_tensor(fusion, [IterDomain.iteration(m.extent), IterDomain.iteration(kb)], DataType.Float8_e4m3fn)
+    return data, scales
+
+
+# --------------------------------------------------------------------------------------------------------------
+# run-time checks (shared by the reference and the kernel path)
+
+
+def _host_ints(t: torch.Tensor) -> list[int]:
+    return [int(v) for v in t.detach().to("cpu", torch.int64).tolist()]
+
+
+def _check_offsets(op: str, m: int, input_offsets: torch.Tensor, output_offsets: Optional[torch.Tensor]) -> None:
+    """Start offsets: g entries each, int32; input offsets non-decreasing within [0, m]; each group's padded
+    block-scale rows [out[i], out[i] + roundup(rows_i, 128)) disjoint and inside the (m + 127*g)-row buffer."""
+    for name, t in (("input_offsets", input_offsets), ("output_offsets", output_offsets)):
+        if t is None:
+            continue
+        if t.dtype != torch.int32 or t.dim() != 1:
+            raise FusionExecutionError(f"fd.ops.{op}: {name} must be a 1-D int32 tensor, got {t.dtype} {list(t.shape)}")
+    g = input_offsets.numel()
+    if output_offsets is not None and output_offsets.numel() != g:
+        raise FusionExecutionError(
+            f"fd.ops.{op}: input_offsets has {g} entries but output_offsets has {output_offsets.numel()}"
+        )
+    if g == 0:
+        raise FusionExecutionError(f"fd.ops.{op}: the offsets are empty (at least one group is needed)")
+    starts = _host_ints(input_offsets)
+    if starts[0] < 0 or any(b < a for a, b in zip(starts, starts[1:])) or starts[-1] > m:
+        raise FusionExecutionError(
+            f"fd.ops.{op}: input_offsets must be non-decreasing start rows in [0, {m}], got {starts}"
+        )
+    if output_offsets is None:
+        return
+    outs = _host_ints(output_offsets)
+    rows = [b - a for a, b in zip(starts, starts[1:] + [m])]
+    end = 0
+    for i, (o, r) in enumerate(zip(outs, rows)):
+        if o < end:
+            raise FusionExecutionError(
+                f"fd.ops.{op}: output_offsets {outs} overlap: group {i} starts at row {o}, but group {i - 1} "
+                f"occupies padded rows up to {end} (roundup of its {rows[i - 1]} rows to 128)"
+            )
+        end = o + _round_up(r, 128)
+    if end > m + 127 * g:
+        raise FusionExecutionError(
+            f"fd.ops.{op}: output_offsets {outs} need {end} block-scale rows, more than the buffer's m + 127*g = "
+            f"{m + 127 * g}"
+        )
+
+
+def _check_k(op: str, k: int, block_size: int = 16) -> None:
+    if k % block_size:
+        raise FusionExecutionError(f"fd.ops.{op}: the last dim of input is {k}, not a multiple of block_size {block_size}")
+
+
+def _grouped_scales_meta(m: int, k: int, g: int, dtype: torch.dtype) -> torch.Tensor:
+    storage = torch.empty(((m + 127 * g) * _round_up(k, 4),), dtype=dtype, device="meta")
+    return torch.as_strided(storage, (m, k), (k, 1))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# preprocess_grouped_matmul_input_sf (the layout op)
+
+
+def _layout_eval(node, input, input_offsets, output_offsets):
+    _check_offsets(node.op.name, input.shape[0], input_offsets, output_offsets)
+    return _ref().preprocess_grouped_matmul_input_sf(input, input_offsets, output_offsets)
+
+
+def _layout_kernel(node, input, input_offsets, output_offsets):
+    from ..nvfp4.layout_kernels import layout_op
+
+    _check_offsets(node.op.name, input.shape[0], input_offsets, output_offsets)
+    return layout_op(input, input_offsets, output_offsets)
+
+
+def _layout_meta(node, input, input_offsets, output_offsets):
+    m, k = input.shape
+    return _grouped_scales_meta(m, k, input_offsets.shape[0], input.dtype)
+
+
+@register("preprocess_grouped_matmul_input_sf", OpKind.OWN_KERNEL, _layout_eval, meta=_layout_meta,
+          kernel=_layout_kernel)
+def preprocess_grouped_matmul_input_sf(input, input_offsets, output_offsets):
+    """Lay out row-major block scales [m, k] per group in the padded 128x4-swizzled buffer CUTLASS expects."""
+    op = "preprocess_grouped_matmul_input_sf"
+    x = _tensor(op, input, "input", 2)
+    a, b = _offsets(op, input_offsets, output_offsets)
+    _no_swizzled_operand(op, input=x, input_offsets=a, output_offsets=b)
+    out = new_tensor(fusion_of(op, x, a, b), [IterDomain.iteration(_extent(x, d)) for d in range(2)], x.dtype)
+    return OpResult([out], (x, a, b), info={"swizzled_output": 0})
+
+
+# --------------------------------------------------------------------------------------------------------------
+# nv_block_quantize / nv_grouped_block_quantize
+
+
+def _swizzled_view(scales: torch.Tensor) -> torch.Tensor:
+    """The single-group swizzle, returned like the layout op: logical [m, k] over the padded buffer."""
+    m, k = scales.shape
+    buffer = _ref().linear_to_swizzled_128_4(scales)
+    return torch.as_strided(buffer, (m, k), (k, 1))
+
+
+def _block_quantize_eval(node, input, global_scale=None, swizzle_block_scales=False, block_size=16, dtype=None):
+    _check_k(node.op.name, input.shape[1], block_size)
+    data, scales = _ref().quantize_nvfp4_fused(input, global_scale, block_size)
+    return data, (_swizzled_view(scales) if swizzle_block_scales else scales)
+
+
+def _block_quantize_kernel(node, input, global_scale=None, swizzle_block_scales=False, block_size=16, dtype=None):
+    from ..nvfp4.layout_kernels import block_quantize
+
+    _check_k(node.op.name, input.shape[1], block_size)
+    data, scales = block_quantize(input, global_scale, swizzle=swizzle_block_scales, block_size=block_size)
+    if swizzle_block_scales:  # the padded buffer, returned like the reference as logical [m, k/16]
+        m, kb = input.shape[0], input.shape[1] // block_size
+        scales = torch.as_strided(scales, (m, kb), (kb, 1))
+    return data, scales
+
+
+def _block_quantize_meta(node, input, global_scale=None, swizzle_block_scales=False, block_size=16, dtype=None):
+    m, k = input.shape
+    data = torch.empty(packed_shape([m, k], 1), dtype=torch.float4_e2m1fn_x2, device="meta")
+    if swizzle_block_scales:
+        storage = torch.empty((_round_up(m, 128) * _round_up(k // 16, 4),), dtype=torch.float8_e4m3fn, device="meta")
+        return data, torch.as_strided(storage, (m, k // 16), (k // 16, 1))
+    return data, torch.empty((m, k // 16), dtype=torch.float8_e4m3fn, device="meta")
+
+
+@register("nv_block_quantize", OpKind.OWN_KERNEL, _block_quantize_eval, meta=_block_quantize_meta,
+          kernel=_block_quantize_kernel)
+def nv_block_quantize(input, global_scale=None, swizzle_block_scales: bool = False, block_size: int = 16,
+                      dtype: DataType = DataType.Float4_e2m1fn):
+    """Quantize [M, K] to NVFP4: FP4 values [M, K] and e4m3 block scales [M, K/16] (optionally 128x4-swizzled).
+
+    ``global_scale`` (0-dim Float) is an encode multiplier: dequantization divides by it."""
+    op = "nv_block_quantize"
+    x = _quant_input(op, input, block_size, dtype)
+    gs = _global_scale(op, global_scale)
+    if not isinstance(swizzle_block_scales, bool):
+        fail(op, f"argument 'swizzle_block_scales' must be a bool, got {swizzle_block_scales!r}")
+    _no_swizzled_operand(op, input=x, global_scale=gs)
+    data, scales = _quant_outputs(op, x)
+    info = {"swizzled_output": 1} if swizzle_block_scales else {}
+    kwargs = {"global_scale": gs, "swizzle_block_scales": swizzle_block_scales, "block_size": block_size,
+              "dtype": dtype}
+    return OpResult([data, scales], (x,), kwargs, info=info)
+
+
+def _grouped_quantize_eval(node, input, input_offsets, output_offsets, global_scale=None, block_size=16, dtype=None):
+    _check_k(node.op.name, input.shape[1], block_size)
+    _check_offsets(node.op.name, input.shape[0], input_offsets, output_offsets)
+    return _ref().grouped_quantize_nvfp4(input, input_offsets, output_offsets, global_scale, block_size, fused=True)
+
+
+def _grouped_quantize_kernel(node, input, input_offsets, output_offsets, global_scale=None, block_size=16,
+                             dtype=None):
+    from ..nvfp4.layout_kernels import grouped_block_quantize
+
+    _check_k(node.op.name, input.shape[1], block_size)
+    _check_offsets(node.op.name, input.shape[0], input_offsets, output_offsets)
+    return grouped_block_quantize(input, input_offsets, output_offsets, global_scale, block_size=block_size)
+
+
+def _grouped_quantize_meta(node, input, input_offsets, output_offsets, global_scale=None, block_size=16,
+                           dtype=None):
+    m, k = input.shape
+    data = torch.empty(packed_shape([m, k], 1), dtype=torch.float4_e2m1fn_x2, device="meta")
+    return data, _grouped_scales_meta(m, k // 16, input_offsets.shape[0], torch.float8_e4m3fn)
+
+
+@register("nv_grouped_block_quantize", OpKind.OWN_KERNEL, _grouped_quantize_eval, meta=_grouped_quantize_meta,
+          kernel=_grouped_quantize_kernel)
+def nv_grouped_block_quantize(input, input_offsets, output_offsets, global_scale=None, block_size: int = 16,
+                              dtype: DataType = DataType.Float4_e2m1fn):
+    """nv_block_quantize whose scales go straight into the layout op's grouped swizzled buffer (one kernel)."""
+    op = "nv_grouped_block_quantize"
+    x = _quant_input(op, input, block_size, dtype)
+    a, b = _offsets(op, input_offsets, output_offsets)
+    gs = _global_scale(op, global_scale)
+    _no_swizzled_operand(op, input=x, input_offsets=a, output_offsets=b, global_scale=gs)
+    data, scales = _quant_outputs(op, x)
+    kwargs = {"global_scale": gs, "block_size": block_size, "dtype": dtype}
+    return OpResult([data, scales], (x, a, b), kwargs, info={"swizzled_output": 1})
+
+
+# --------------------------------------------------------------------------------------------------------------
+# cutlass_nvfp4_grouped_mm
+
+
+def _gemm_shapes(mat1: torch.Tensor, mat2: torch.Tensor) -> tuple[int, int, int, int]:
+    """(M, N, K, G) from the packed runtime operands: mat1 [M, K/2], mat2 [G, K/2, N]."""
+    return mat1.shape[0], mat2.shape[2], mat1.shape[1] * 2, mat2.shape[0]
+
+
+def _check_gemm(op, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets):
+    m, n, k, g = _gemm_shapes(mat1, mat2)
+    if mat2.shape[1] * 2 != k:
+        raise FusionExecutionError(f"fd.ops.{op}: mat1 has K={k} but mat2 has K={mat2.shape[1] * 2}")
+    if k % 64:
+        raise FusionExecutionError(f"fd.ops.{op}: K={k} must be a multiple of 64 (K/2 bytes a multiple of 32)")
+    if n % 128:
+        raise FusionExecutionError(
+            f"fd.ops.{op}: N={n} must be a multiple of 128 (scale2 holds each expert's 128x4-swizzled [N, K/16] "
+            f"scales without padding)"
+        )
+    if tuple(scale2.shape) != (g, n, k // 16):
+        raise FusionExecutionError(f"fd.ops.{op}: scale2 must have shape {[g, n, k // 16]}, got {list(scale2.shape)}")
+    if scale1.dim() != 2 or scale1.shape[1] != k // 16:
+        raise FusionExecutionError(f"fd.ops.{op}: scale1 must have shape [rows, K/16={k // 16}], got {list(scale1.shape)}")
+    if tuple(alpha.shape) != (g,):
+        raise FusionExecutionError(f"fd.ops.{op}: alpha must have shape [{g}], got {list(alpha.shape)}")
+    if tuple(problem_sizes.shape) != (g, 3):
+        raise FusionExecutionError(f"fd.ops.{op}: problem_sizes must have shape [{g}, 3], got {list(problem_sizes.shape)}")
+    for name, t in (("expert_offsets", expert_offsets), ("sf_offsets", sf_offsets)):
+        if t.numel() != g:
+            raise FusionExecutionError(f"fd.ops.{op}: {name} must have {g} entries (one per expert), got {t.numel()}")
+    _check_offsets(op, m, expert_offsets, sf_offsets)
+    starts = _host_ints(expert_offsets)
+    sizes = [b - a for a, b in zip(starts, starts[1:] + [m])]
+    ps = [_host_ints(row) for row in problem_sizes]
+    want = [[r, n, k] for r in sizes]
+    if ps != want:
+        raise FusionExecutionError(f"fd.ops.{op}: problem_sizes must be (m_i, N, K) per expert = {want}, got {ps}")
+    rows = _host_ints(sf_offsets)[-1] + _round_up(sizes[-1], 128)
+    available = (scale1.untyped_storage().nbytes() - scale1.storage_offset()) // (k // 16)
+    if available < rows:
+        raise FusionExecutionError(
+            f"fd.ops.{op}: scale1 holds {available} block-scale rows of K/16={k // 16}, but sf_offsets need {rows}"
+        )
+
+
+def _gemm_eval(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, dtype):
+    _check_gemm(node.op.name, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
+    return _ref().nvfp4_grouped_mm(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets,
+                                   to_torch_dtype(dtype))
+
+
+def _gemm_kernel(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, dtype):
+    from ..nvfp4.grouped_gemm import nvfp4_grouped_mm
+
+    _check_gemm(node.op.name, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
+    return nvfp4_grouped_mm(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets,
+                            to_torch_dtype(dtype))
+
+
+def _gemm_meta(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, dtype):
+    m, n, _, _ = _gemm_shapes(mat1, mat2)
+    return torch.empty((m, n), dtype=to_torch_dtype(dtype), device="meta")
+
+
+@register("cutlass_nvfp4_grouped_mm", OpKind.ATEN, _gemm_eval, meta=_gemm_meta, kernel=_gemm_kernel,
+          accepts_fp4=True)
+def cutlass_nvfp4_grouped_mm(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets,
+                             dtype: DataType = DataType.BFloat16):
+    """out[e_i:e_i+m_i] = alpha[i] * (A_i @ B_i) with NVFP4 operands (nvfp4.md). On GPUs without FP4 tensor
+    cores it runs pyfuser's Triton grouped GEMM, which dequantizes the packed operands in registers."""
+    op = "cutlass_nvfp4_grouped_mm"
+    a = _tensor(op, mat1, "mat1", 2, (DataType.Float4_e2m1fn,))
+    b = _tensor(op, mat2, "mat2", 3, (DataType.Float4_e2m1fn,))
+    s1 = _tensor(op, scale1, "scale1", 2, (DataType.Float8_e4m3fn,))
+    s2 = _tensor(op, scale2, "scale2", 3, (DataType.Float8_e4m3fn,))
+    al = _tensor(op, alpha, "alpha", 1, (DataType.Float,))
+    ps = _tensor(op, problem_sizes, "problem_sizes", 2, (DataType.Int32,))
+    eo, so = _offsets(op, expert_offsets, sf_offsets)
+    if dtype not in (DataType.BFloat16, DataType.Half):
+        fail(op, f"argument 'dtype' must be DataType.BFloat16 or DataType.Half, got {dtype!r}", FusionDtypeError)
+    _no_swizzled_operand(op, mat1=a, mat2=b, alpha=al, problem_sizes=ps, expert_offsets=eo, sf_offsets=so)
+    ka, kb = _extent(a, 1), _extent(b, 1)
+    if ka is not None and kb is not None and ka != kb:
+        fail(op, f"mat1 ({a.name}) has K={ka} but mat2 ({b.name}) has K={kb}")
+    k = ka if ka is not None else kb
+    if k is not None and k % 64:
+        fail(op, f"K={k} must be a multiple of 64")
+    n = _extent(b, 2)
+    if n is not None and n % 128:
+        fail(op, f"N={n} (mat2 dim 2) must be a multiple of 128")
+    for name, tv, d, want in (("scale1", s1, 1, k // 16 if k else None), ("scale2", s2, 2, k // 16 if k else None),
+                              ("scale2", s2, 1, n), ("problem_sizes", ps, 1, 3)):
+        got = _extent(tv, d)
+        if got is not None and want is not None and got != want:
+            fail(op, f"argument '{name}' ({tv.name}) dim {d} must be {want}, got {got}")
+    out = new_tensor(fusion_of(op, a, b, s1, s2, al, ps, eo, so),
+                     [IterDomain.iteration(_extent(a, 0)), IterDomain.iteration(n)], dtype)
+    return OpResult([out], (a, b, s1, s2, al, ps, eo, so, dtype))
