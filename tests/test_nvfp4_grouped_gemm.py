@@ -184,11 +184,12 @@ class _SliceOf:
 
 def test_default_config_heuristic():
     decode = default_config(8 * 16, 2048, 4096, 8)
-    assert decode.swap_ab and decode.block_m == 16 and decode.block_n == 64
-    assert default_config(8 * 64, 14336, 4096, 8).block_m == 64
-    assert default_config(8 * 64, 14336, 4096, 8).block_n == 128  # 8 * 112 programs: wide tiles
+    assert decode.swap_ab and decode.block_m == 16 and decode.block_n == 64  # 8 * 16 programs of 128: too few
+    assert default_config(8 * 1, 2048, 4096, 8).block_m == 16
+    wide = default_config(8 * 64, 14336, 4096, 8)
+    assert wide.block_m == 64 and wide.block_n == 128  # 8 * 112 programs of 128 columns
     prefill = default_config(8192, 14336, 4096, 8)
-    assert not prefill.swap_ab and prefill.block_m == 128
+    assert not prefill.swap_ab and (prefill.block_m, prefill.block_n) == (128, 256)
 
 
 def _bad(case, **changes):

@@ -64,17 +64,18 @@ def _next_pow2(x: int) -> int:
 def default_config(m: int, n: int, k: int, g: int) -> GemmConfig:
     """Heuristic from the static sizes only (no host sync): tokens per expert decide decode vs prefill.
 
-    Decode (<= 64 tokens per expert on average) is bound by reading the FP4 weights: one m-tile covers a group's
-    tokens (so each weight byte is read once), wide K tiles and several pipeline stages keep bytes in flight, and
-    narrow N tiles give enough programs when N is small. Prefill is bound by the MMAs and the dequantization:
-    large tiles reuse each dequantized element across many rows and columns."""
+    Decode (<= 64 tokens per expert on average) is bound by reading the FP4 weights and by the integer work of
+    dequantizing them: one m-tile covers a group's tokens (each weight byte is read and dequantized once), the
+    weights take the MMA's M side (swap_ab), wide K tiles and 4 stages keep bytes in flight, and N tiles are 128
+    wide (fewer instructions per weight; sm_90 SASS) unless that leaves under 2 programs per SM (132 SMs).
+    Prefill is bound by the MMAs and the dequantization of both operands: 128x256 tiles dequantize each element
+    once per 128 or 256 outputs. Blind defaults until benchmarks/sweep_nvfp4_gemm.py has run on the H200."""
     per_expert = -(-m // max(g, 1))
     if per_expert <= 64:
         block_m = min(64, max(16, _next_pow2(per_expert)))
-        programs_128 = g * -(-n // 128)
-        block_n = 64 if programs_128 < 264 else 128
+        block_n = 128 if g * -(-n // 128) >= 264 else 64
         return GemmConfig(block_m, block_n, 256, True, 4, 4)
-    return GemmConfig(128, 128, 128, False, 8, 3)
+    return GemmConfig(128, 256, 128, False, 8, 3)
 
 
 _SUPPORTED_OUT = (torch.bfloat16, torch.float16)
@@ -263,7 +264,9 @@ def _zero_rows(out_ptr, start, end, offs_n, n_mask, stride_om, BLOCK_M: tl.const
         tl.store(ptrs, zeros, mask=(rows < end)[:, None] & n_mask[None, :])
 
 
-@triton.jit
+# Values that tile nothing are not specialized on (Triton would otherwise compile a variant per divisibility of
+# the token count, of the group count and of scale1's size).
+@triton.jit(do_not_specialize=["M", "G", "s1_capacity"])
 def _nvfp4_grouped_mm_kernel(
     a_ptr, b_ptr, s1_ptr, s2_ptr, alpha_ptr, ps_ptr, eoff_ptr, sfoff_ptr, out_ptr,
     M, N, KW, G, s1_capacity,
