@@ -9,7 +9,7 @@ Run on the GPU machine:  python benchmarks/sweep_nvfp4_gemm.py --out benchmarks/
    and passed transposed, as a Linear weight), then the heuristic's config (checked against the reference at the
    full shape), then each candidate config. Times are medians of triton.testing.do_bench, which clears L2 between
    runs (the decode weights would otherwise fit in the H200's L2).
-3. Prints one table per shape (time, weight GB/s, speed-up over bf16) and the best config; writes everything as
+3. Prints one table per shape (time, GB/s of all operand bytes, speed-up over bf16) and the best config; writes everything as
    JSON to --out. Targets: >= 2x bf16 at decode shapes, >= 0.5x at prefill.
 4. Expected wall time on an H200: about 2-3 minutes, most of it compiling the ~20 distinct configs.
    --smoke runs tiny shapes with two configs per kind on any device (CPU: TRITON_INTERPRET=1) to check the script.

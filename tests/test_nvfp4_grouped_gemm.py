@@ -161,6 +161,17 @@ def test_uncovered_rows_are_zeroed_in_a_preallocated_output():
     _check(out, case, torch.bfloat16)
 
 
+def test_strided_vector_operands():
+    # alpha and the offsets as every-other-element views, problem_sizes as a column slice of a wider tensor.
+    case = Case([7, 0, 30], 128, 64, seed=8)
+    mat1, mat2, scale1, scale2, alpha, ps, e_offs, sf_offs = case.args
+    spread = [t.repeat_interleave(2)[::2] for t in (alpha, e_offs, sf_offs)]
+    assert all(t.stride(0) == 2 for t in spread)
+    wide_ps = torch.cat([ps, torch.full_like(ps, -1)], dim=1)[:, :3]
+    out = nvfp4_grouped_mm(mat1, mat2, scale1, scale2, spread[0], wide_ps, spread[1], spread[2], torch.bfloat16)
+    _check(out, case, torch.bfloat16)
+
+
 def test_scale1_reads_stay_inside_its_storage():
     # Group 1's scale slab lies past scale1's end: its scales read as 0 (rows of zeros), nothing outside is read.
     case = Case([16, 16], 128, 64, seed=6, scale1_form="plain", sf_offs=[0, 128])

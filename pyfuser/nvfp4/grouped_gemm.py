@@ -209,6 +209,8 @@ def nvfp4_grouped_mm(
         return out
     if g == 0:
         return out.zero_()
+    # The kernel indexes these [G] vectors with unit stride; .contiguous() is free when they already are.
+    alpha, expert_offsets, sf_offsets = alpha.contiguous(), expert_offsets.contiguous(), sf_offsets.contiguous()
     a_words = _as_words(mat1, "mat1")  # [M, K/8]
     b_words = _as_words(mat2.transpose(-1, -2), "mat2")  # [G, N, K/8]
     s1_capacity = scale1.untyped_storage().nbytes() - scale1.storage_offset()  # e4m3: one byte per element
