@@ -464,3 +464,23 @@ def test_grouped_mm_errors():
     b_t = torch.randn(3, 32, 24, dtype=torch.bfloat16, device=DEVICE)
     with pytest.raises(FusionExecutionError, match="non-decreasing cumulative group ends"):
         fd.execute([a_t, b_t, torch.zeros(4, dtype=I32, device=DEVICE), _i32([5, 2, 10])])
+
+
+def test_offset_checks_can_be_disabled(monkeypatch):
+    """_disable_options=["offset_checks"] trusts the offsets (no host read of their values, no sync); bad offsets
+    then give wrong placements but never a write outside the buffer."""
+    fd = _layout_fusion()
+    good = [torch.randn(10, 3, device=DEVICE), _i32([0, 2, 5]), _i32([0, 128, 256])]
+    fd.execute(good, _disable_options=["offset_checks"])  # build the runtime first
+
+    def no_host_reads(*a, **k):
+        raise AssertionError("offset values were read on the host")
+
+    monkeypatch.setattr(torch.Tensor, "tolist", no_host_reads)
+    out = fd.execute(good, _disable_options=["offset_checks"])
+    monkeypatch.undo()
+    expected = ref.preprocess_grouped_matmul_input_sf(*good)
+    assert torch.equal(_buffer(out[0], 391, 4), _buffer(expected, 391, 4))
+    bad = [good[0], _i32([0, 5, 2]), _i32([0, 100, 380])]
+    out = fd.execute(bad, _disable_options=["offset_checks"])
+    assert out[0].untyped_storage().nbytes() == 1564 * 4

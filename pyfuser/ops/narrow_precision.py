@@ -4,8 +4,10 @@ Each op is one registry entry: a builder with the definition-time checks, the pu
 (``pyfuser.nvfp4.reference``) as its evaluator, a meta function, and a hand-written Triton implementation
 (``OpDef.kernel``) that executors launch on CUDA and under the Triton interpreter.
 
-Run-time checks read the offsets on the host (one small copy per call): the layout op writes through them, so
-decreasing or overlapping offsets would silently corrupt memory instead of failing.
+Run-time checks of the offsets' values read them on the host: one device-to-host copy (a sync) per op call.
+Decreasing or overlapping offsets would otherwise give silently wrong placements (the kernels mask writes to
+their buffers, so never memory corruption). ``_disable_options=["offset_checks"]`` trusts the offsets, as
+upstream does, and keeps the call free of syncs.
 
 Returned block-scale tensors in the swizzled grouped layout have logical shape ``[m, k]`` and strides
 ``[k, 1]``, which do not describe the data: the values live in a zero-filled buffer of ``(m + 127*g) * pk``
@@ -23,6 +25,7 @@ from ..errors import FusionExecutionError, UnsupportedOpError
 from ..ir.dtypes import DataType, to_torch_dtype
 from ..ir.nodes import IterDomain, TensorView
 from ..ir.packing import packed_shape
+from ..runtime.evaluator import run_options
 from .common import FusionDtypeError, fail, fusion_of, new_tensor, require_tensor
 from .registry import OpKind, OpResult, register, swizzled_scales_producer
 
@@ -108,13 +111,18 @@ def _quant_outputs(op: str, x: TensorView) -> tuple[TensorView, TensorView]:
 # run-time checks (shared by the reference and the kernel path)
 
 
-def _host_ints(t: torch.Tensor) -> list[int]:
-    return [int(v) for v in t.detach().to("cpu", torch.int64).tolist()]
+def _host_ints(*tensors: torch.Tensor) -> list[list[int]]:
+    """The tensors' values as Python ints, with ONE device-to-host copy (each copy is a sync)."""
+    flat = torch.cat([t.detach().reshape(-1).to(torch.int64) for t in tensors]).tolist()
+    out, i = [], 0
+    for t in tensors:
+        out.append(flat[i:i + t.numel()])
+        i += t.numel()
+    return out
 
 
-def _check_offsets(op: str, m: int, input_offsets: torch.Tensor, output_offsets: Optional[torch.Tensor]) -> None:
-    """Start offsets: g entries each, int32; input offsets non-decreasing within [0, m]; each group's padded
-    block-scale rows [out[i], out[i] + roundup(rows_i, 128)) disjoint and inside the (m + 127*g)-row buffer."""
+def _check_offset_tensors(op: str, input_offsets: torch.Tensor, output_offsets: Optional[torch.Tensor]) -> None:
+    """dtype and length checks: free, always done."""
     for name, t in (("input_offsets", input_offsets), ("output_offsets", output_offsets)):
         if t is None:
             continue
@@ -127,14 +135,18 @@ def _check_offsets(op: str, m: int, input_offsets: torch.Tensor, output_offsets:
         )
     if g == 0:
         raise FusionExecutionError(f"fd.ops.{op}: the offsets are empty (at least one group is needed)")
-    starts = _host_ints(input_offsets)
+
+
+def _check_offset_values(op: str, m: int, starts: list[int], outs: Optional[list[int]]) -> None:
+    """Start offsets: input offsets non-decreasing within [0, m]; each group's padded block-scale rows
+    [out[i], out[i] + roundup(rows_i, 128)) disjoint and inside the (m + 127*g)-row buffer."""
+    g = len(starts)
     if starts[0] < 0 or any(b < a for a, b in zip(starts, starts[1:])) or starts[-1] > m:
         raise FusionExecutionError(
             f"fd.ops.{op}: input_offsets must be non-decreasing start rows in [0, {m}], got {starts}"
         )
-    if output_offsets is None:
+    if outs is None:
         return
-    outs = _host_ints(output_offsets)
     rows = [b - a for a, b in zip(starts, starts[1:] + [m])]
     end = 0
     for i, (o, r) in enumerate(zip(outs, rows)):
@@ -149,6 +161,13 @@ def _check_offsets(op: str, m: int, input_offsets: torch.Tensor, output_offsets:
             f"fd.ops.{op}: output_offsets {outs} need {end} block-scale rows, more than the buffer's m + 127*g = "
             f"{m + 127 * g}"
         )
+
+
+def _check_offsets(op: str, m: int, input_offsets: torch.Tensor, output_offsets: torch.Tensor) -> None:
+    _check_offset_tensors(op, input_offsets, output_offsets)
+    if run_options().offset_checks:
+        starts, outs = _host_ints(input_offsets, output_offsets)
+        _check_offset_values(op, m, starts, outs)
 
 
 def _check_k(op: str, k: int, block_size: int = 16) -> None:
@@ -319,14 +338,17 @@ def _check_gemm(op, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_off
     for name, t in (("expert_offsets", expert_offsets), ("sf_offsets", sf_offsets)):
         if t.numel() != g:
             raise FusionExecutionError(f"fd.ops.{op}: {name} must have {g} entries (one per expert), got {t.numel()}")
-    _check_offsets(op, m, expert_offsets, sf_offsets)
-    starts = _host_ints(expert_offsets)
+    _check_offset_tensors(op, expert_offsets, sf_offsets)
+    if not run_options().offset_checks:
+        return
+    starts, sf, ps = _host_ints(expert_offsets, sf_offsets, problem_sizes)
+    _check_offset_values(op, m, starts, sf)
     sizes = [b - a for a, b in zip(starts, starts[1:] + [m])]
-    ps = [_host_ints(row) for row in problem_sizes]
     want = [[r, n, k] for r in sizes]
-    if ps != want:
-        raise FusionExecutionError(f"fd.ops.{op}: problem_sizes must be (m_i, N, K) per expert = {want}, got {ps}")
-    rows = _host_ints(sf_offsets)[-1] + _round_up(sizes[-1], 128)
+    got = [ps[3 * i:3 * i + 3] for i in range(g)]
+    if got != want:
+        raise FusionExecutionError(f"fd.ops.{op}: problem_sizes must be (m_i, N, K) per expert = {want}, got {got}")
+    rows = sf[-1] + _round_up(sizes[-1], 128)
     available = (scale1.untyped_storage().nbytes() - scale1.storage_offset()) // (k // 16)
     if available < rows:
         raise FusionExecutionError(

@@ -67,6 +67,17 @@ def run_device() -> torch.device:
     return default_device() if device is None else device
 
 
+# The options of the run in progress, for evaluators whose checks are optional (None: the defaults).
+RUN_OPTIONS: contextvars.ContextVar[Optional[Any]] = contextvars.ContextVar("pyfuser_run_options", default=None)
+
+
+def run_options():
+    from .options import Options
+
+    opts = RUN_OPTIONS.get()
+    return Options() if opts is None else opts
+
+
 def run_expr(expr: Expr, env: Env, use_kernel: bool = False) -> None:
     args = resolve(expr.args, env)
     kwargs = resolve(expr.kwargs, env)

@@ -9,7 +9,7 @@ import torch
 from ..errors import FusionExecutionError
 from ..ir.nodes import TensorView
 from ..segment.segmenter import SchedulerKind, Segment, SegmentedFusion
-from .evaluator import Env, bind_inputs, collect_outputs, default_device
+from .evaluator import RUN_OPTIONS, Env, bind_inputs, collect_outputs, default_device
 from ..ops.registry import OpKind
 from .kernel_executor import AtenSegmentExecutor, build_segment_executor, triton_usable
 from .introspection import dump, reports
@@ -76,12 +76,16 @@ class FusionRuntime:
     def run(self, flat_inputs: Sequence[Any]) -> list:
         fusion = self.segmented.fusion
         env = bind_inputs(fusion, flat_inputs, self.device)
-        with torch.no_grad():
-            for seg, executor in zip(self.segmented.segments, self.executors):
-                executor.run(env)
-                if self.options.check_layouts:
-                    self._check_layouts(seg, env)
-            return collect_outputs(fusion, env)
+        token = RUN_OPTIONS.set(self.options)
+        try:
+            with torch.no_grad():
+                for seg, executor in zip(self.segmented.segments, self.executors):
+                    executor.run(env)
+                    if self.options.check_layouts:
+                        self._check_layouts(seg, env)
+                return collect_outputs(fusion, env)
+        finally:
+            RUN_OPTIONS.reset(token)
 
     def _check_layouts(self, seg: Segment, env: Env) -> None:
         for out in seg.outputs:

@@ -13,6 +13,8 @@ from ..errors import OptionError
 DISABLE_OPTIONS = {
     "infer_contiguity": "meta-device inference of ExprEval segment output layouts (off: assume contiguous)",
     "kernel_codegen": "generated Triton kernels for kernel segments (off: every segment runs on ATen)",
+    "offset_checks": "host-side checks of NVFP4 group offsets (one device-to-host copy per op call; off: the "
+    "offsets are trusted, as upstream does; kernels still never write outside their buffers)",
 }
 ENABLE_OPTIONS = {
     "check_layouts": "after each segment, check the real outputs against the inferred layouts (debugging aid)",
@@ -23,6 +25,7 @@ ENABLE_OPTIONS = {
 class Options:
     infer_contiguity: bool = True
     kernel_codegen: bool = True
+    offset_checks: bool = True
     check_layouts: bool = False
 
 
@@ -59,6 +62,7 @@ def _parse(enable: tuple, disable: tuple, env: tuple) -> Options:
     return Options(
         infer_contiguity="infer_contiguity" not in disable,
         kernel_codegen="kernel_codegen" not in disable,
+        offset_checks="offset_checks" not in disable,
         check_layouts="check_layouts" in enable,
     )
 
