@@ -382,7 +382,7 @@ def _runs_as(executor) -> str:
     """generated Triton kernel, a hand-written Triton kernel run by its op (NVFP4 ops), or ATen."""
     if getattr(executor, "plan", None) is not None:
         return "triton"
-    if getattr(executor, "use_kernels", False):
+    if "Triton kernel" in getattr(executor, "reason", ""):  # e.g. "hand-written kernel (op: Triton kernel)"
         return "op kernel"
     return "aten"
 
