@@ -138,6 +138,12 @@ def test_groups_over_128_rows_and_n_tiles():
     _check(out, case, torch.bfloat16)
 
 
+def test_single_group_with_padding_rows():
+    # One expert covering rows [3, 40) of 48: the rows around it are zero.
+    case = Case([37], 128, 128, seed=9, e_offs=[3], m=48)
+    _check(nvfp4_grouped_mm(*case.args, torch.float16, block_m=16), case, torch.float16)
+
+
 def test_n_not_multiple_of_128():
     # scale2 is then [G, roundup(N,128), K/16] (each slice padded to whole 128-row tiles).
     case = Case([5, 12], 72, 64, seed=3)

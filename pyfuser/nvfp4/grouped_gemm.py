@@ -22,8 +22,9 @@ becomes an fp16 subnormal). One fp16 multiply by ``scale * 2**7`` finishes the v
 nibble order: the p-th sub-tile of A meets the p-th sub-tile of B, so a k-tile is 8 dots over BLOCK_K/8 words
 (a permutation of the k sum, which is free since every product is exact).
 
-Scheduling without a host sync: the grid is ``(cdiv(M, BLOCK_M) + G, cdiv(N, BLOCK_N))``. Each program walks
-the groups' tile counts ``max(cdiv(m_i, BLOCK_M), 1)`` (m_i = problem_sizes[i, 0]) to find its (group, m-tile);
+Scheduling without a host sync: the grid is ``(cdiv(M, BLOCK_M) + G, cdiv(N, BLOCK_N))``. Each program takes
+prefix sums of the groups' tile counts ``max(cdiv(m_i, BLOCK_M), 1)`` (m_i = problem_sizes[i, 0]) to find its
+(group, m-tile);
 the sum of those counts never exceeds the grid's first extent when sum(m_i) <= M, and extra programs exit.
 Rows that no group covers are written with zeros by the program that holds tile 0 of the group before them (its
 "gap" rows [e_i + m_i, e_{i+1}) or [e_{G-1} + m_{G-1}, M), and rows [0, e_0) for group 0); every group therefore
@@ -221,7 +222,7 @@ def nvfp4_grouped_mm(
         a_words.stride(0), b_words.stride(0), b_words.stride(1), scale2.stride(0), problem_sizes.stride(0),
         out.stride(0),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SWAP_AB=cfg.swap_ab,
-        EVEN_K=(k % cfg.block_k == 0),
+        EVEN_K=(k % cfg.block_k == 0), G_BLOCK=_next_pow2(g),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out
@@ -274,25 +275,24 @@ def _nvfp4_grouped_mm_kernel(
     M, N, KW, G, s1_capacity,
     stride_am, stride_bg, stride_bn, stride_s2g, stride_ps, stride_om,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SWAP_AB: tl.constexpr,
-    EVEN_K: tl.constexpr,
+    EVEN_K: tl.constexpr, G_BLOCK: tl.constexpr,
 ):
     # KW = K/8 int32 words per row, passed rather than derived so that Triton's divisibility specialization of
     # integer arguments sees it (vectorized, unmasked-in-K loads when EVEN_K).
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
 
-    # Which (group, m-tile) this program computes: walk the groups' tile counts (each group owns >= 1 tile).
-    grp = -1
-    local = 0
-    tiles_before = 0
-    for i in range(0, G):
-        tiles = tl.maximum(tl.cdiv(tl.load(ps_ptr + i * stride_ps), BLOCK_M), 1)
-        hit = (pid_m >= tiles_before) & (pid_m < tiles_before + tiles)
-        grp = tl.where(hit, i, grp)
-        local = tl.where(hit, pid_m - tiles_before, local)
-        tiles_before += tiles
-    if grp < 0:
+    # Which (group, m-tile) this program computes: prefix sums of the groups' tile counts (each group owns >= 1
+    # tile), all G sizes in one vector load rather than a loop of G dependent scalar loads.
+    offs_g = tl.arange(0, G_BLOCK)
+    g_mask = offs_g < G
+    sizes = tl.load(ps_ptr + offs_g * stride_ps, mask=g_mask, other=0)
+    tiles = tl.where(g_mask, tl.maximum(tl.cdiv(sizes, BLOCK_M), 1), 0)
+    ends = tl.cumsum(tiles, 0)
+    grp = tl.sum((ends <= pid_m).to(tl.int32), 0)  # the first group whose tiles end after pid_m
+    if grp >= G:
         return
+    local = pid_m - tl.sum(tl.where(offs_g == grp, ends - tiles, 0), 0)
 
     m_g = tl.load(ps_ptr + grp * stride_ps)
     e_g = tl.load(eoff_ptr + grp)
