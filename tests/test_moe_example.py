@@ -96,6 +96,7 @@ def test_config_rejects_sizes_the_nvfp4_gemm_cannot_take():
 @pytest.mark.parametrize("quant", ["grouped", "split"])
 def test_moe_layer_matches_emulation_and_bf16(quant):
     m = moe.run(TINY, 16, DEVICE, quant=quant, seed=0)
+    assert m["ok"]
     out = m["outputs"]["nvfp4"]
     assert out.dtype == torch.bfloat16 and tuple(out.shape) == (16, TINY.hidden) and out.device.type == DEVICE.type
     assert out.is_contiguous() and torch.isfinite(out).all()
@@ -146,3 +147,4 @@ def test_main_prints_the_accuracy_report(capsys):
     moe.main(["--tokens", "8", "--device", DEVICE.type, "--experts", "2", "--top-k", "1"])
     text = capsys.readouterr().out
     assert "pyfuser NVFP4 vs bf16 reference" in text and "T=8 tokens" in text and "top-1" in text
+    assert "PASS" in text
