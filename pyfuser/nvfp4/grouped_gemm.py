@@ -188,7 +188,7 @@ def nvfp4_grouped_mm(
     are trusted (the op layer validates them); reads of scale1 are bounded by its storage all the same (a row
     whose scales would extend past its end gets zero scales). ``out``: an optional preallocated ``[M, N]``
     result of ``out_dtype`` with unit column stride; every element of it is written (rows no group covers with
-    zeros).
+    zeros)."""
     out_dtype = _out_torch_dtype(out_dtype)
     m, n, k, g = _validate(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
     cfg = default_config(m, n, k, g)
