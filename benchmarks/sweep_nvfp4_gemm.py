@@ -9,8 +9,8 @@ Run on the GPU machine:  python benchmarks/sweep_nvfp4_gemm.py --out benchmarks/
    and passed transposed, as a Linear weight), then the heuristic's config (checked against the reference at the
    full shape), then each candidate config. Times are medians of triton.testing.do_bench, which clears L2 between
    runs (the decode weights would otherwise fit in the H200's L2).
-3. Prints one table per shape (time, GB/s of all operand bytes, speed-up over bf16) and the best config; writes everything as
-   JSON to --out. Targets: >= 2x bf16 at decode shapes, >= 0.5x at prefill.
+3. Prints one table per shape (time, GB/s of all operand bytes, speed-up over bf16) and the best config;
+   writes everything as JSON to --out. Targets: >= 2x bf16 at decode shapes, >= 0.5x at prefill.
 4. Expected wall time on an H200: about 2-3 minutes, most of it compiling the ~20 distinct configs.
    --smoke runs tiny shapes with two configs per kind on any device (CPU: TRITON_INTERPRET=1) to check the script.
 """
@@ -107,7 +107,8 @@ def main():
     ap.add_argument("--out", required=True, help="JSON results path")
     ap.add_argument("--rep-ms", type=int, default=60, help="do_bench measuring time per config (ms)")
     ap.add_argument("--smoke", action="store_true",
-                    help="tiny shapes, two configs per kind, any device (CPU needs TRITON_INTERPRET=1): checks the script")
+                    help="tiny shapes, two configs per kind, any device (CPU needs TRITON_INTERPRET=1): "
+                         "checks the script")
     args = ap.parse_args()
     global G, K, NS, DECODE_TOKENS, PREFILL_TOKENS, DECODE_CONFIGS, PREFILL_CONFIGS
     if args.smoke:
@@ -125,7 +126,8 @@ def main():
         "shapes": [],
     }
 
-    shapes = [("decode", tpe, n) for tpe in DECODE_TOKENS for n in NS] + [("prefill", PREFILL_TOKENS // G, n) for n in NS]
+    shapes = [("decode", tpe, n) for tpe in DECODE_TOKENS for n in NS]
+    shapes += [("prefill", PREFILL_TOKENS // G, n) for n in NS]
 
     def configs_for(kind, tpe):
         if kind == "decode":
@@ -191,7 +193,8 @@ def main():
 
         print(f"\n{kind}: {tpe} tokens/expert, M={m} N={n} K={K} G={G}; bf16 _grouped_mm {bf16_us:.1f} us; "
               f"default config matches reference: {ok_full} (max rel err {rel_full:.2e})")
-        print(f"  {'BM':>4} {'BN':>4} {'BK':>4} {'swap':>5} {'warps':>5} {'stages':>6} {'us':>9} {'GB/s':>7} {'x bf16':>7}")
+        print(f"  {'BM':>4} {'BN':>4} {'BK':>4} {'swap':>5} {'warps':>5} {'stages':>6} {'us':>9} {'GB/s':>7} "
+              f"{'x bf16':>7}")
         for r in rows:
             c = r["config"]
             mark = " <- default" if r.get("default") else ""

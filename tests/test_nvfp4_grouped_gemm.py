@@ -52,7 +52,9 @@ class Case:
         g = len(tokens)
         self.tokens, self.n, self.k = list(tokens), n, k
         self.e_offs = e_offs if e_offs is not None else [sum(tokens[:i]) for i in range(g)]
-        self.sf_offs = sf_offs if sf_offs is not None else [sum(_round_up(t, 128) for t in tokens[:i]) for i in range(g)]
+        if sf_offs is None:
+            sf_offs = [sum(_round_up(t, 128) for t in tokens[:i]) for i in range(g)]
+        self.sf_offs = sf_offs
         self.m = m if m is not None else sum(tokens)
         sk = k // 16
         self.codes1 = torch.randint(0, 16, (self.m, k), generator=gen, dtype=torch.uint8)
