@@ -423,7 +423,7 @@ def format_report(m: dict) -> str:
     s = m["seconds"]
     lines.append(f"time: weight quantization {s['quantize_weights']:.2f} s, first execute {s['first_execute']:.2f} s")
     lines.append(
-        f"{'PASS' if m['ok'] else 'FAIL'}: pyfuser vs emulation <= {MAX_REL_ERR_VS_EMULATION:g} (whole tensor), "
+        f"{'OK' if m['ok'] else 'FAIL'}: pyfuser vs emulation <= {MAX_REL_ERR_VS_EMULATION:g} (whole tensor), "
         f"vs bf16 <= {MAX_MEAN_REL_ERR_VS_BF16:g} (mean per token)"
     )
     return "\n".join(lines)
@@ -448,6 +448,8 @@ def main(argv: Optional[list] = None) -> None:
             define_moe(fd, cfg, args.tokens, args.quant)
         print(fd)
     print(format_report(m))
+    if not m["ok"]:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
