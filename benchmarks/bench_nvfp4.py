@@ -9,7 +9,7 @@ Sections (each runs even if another fails; an error is printed and recorded in t
 (b) NVFP4 grouped GEMM (fd.ops.cutlass_nvfp4_grouped_mm and the raw launcher) vs bf16 torch._grouped_mm and vs
     dequantize-the-weights-then-bf16-_grouped_mm, at decode shapes (8 experts, 1/16/64 tokens each, K=4096,
     N=2048 and 14336) and prefill (8192 tokens over 8 experts).
-(c) the MoE layer of examples/moe_nvfp4.py (one pyfuser fusion) vs its bf16 version, eager and torch.compile.
+(c) the MoE layer of pyfuser/nvfp4/moe.py (one pyfuser fusion) vs its bf16 version, eager and torch.compile.
 
 Every implementation is checked against a reference before it is timed. Times are medians of
 triton.testing.do_bench (CUDA events). Bytes are the fewest an implementation must move (inputs read once,
@@ -38,8 +38,7 @@ import triton.testing
 from pyfuser import DataType, FusionDefinition
 from pyfuser.nvfp4 import reference as ref
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-import moe_nvfp4  # noqa: E402  (examples/ is not a package)
+from pyfuser.nvfp4 import moe as moe_nvfp4  # noqa: E402
 
 E = 8  # experts in every GEMM / layout case
 DECODE_TOKENS_PER_EXPERT = (1, 16, 64)
@@ -451,7 +450,7 @@ def report(out_dir, meta, sections, errors, targets):
             continue
         L.append(f"| {r['case']} | {r['impl']} | {r['ms']:.4f} | {_f(r.get('speedup_vs_bf16'), '.2f')}x | "
                  f"{r['GBs']:.0f} | {r['pct_copy_bw']:.0f}% | {r['TFLOPs']:.1f} | {r['rel_err_vs_nvfp4_reference']:.2e} |")
-    L += ["", "## (c) MoE layer (examples/moe_nvfp4.py)", "",
+    L += ["", "## (c) MoE layer (pyfuser/nvfp4/moe.py)", "",
           "| tokens | H / I / E / top-k | impl | ms | vs bf16 eager | vs bf16 compile | rel. err vs bf16 (max / mean per token) | segments (runs) |",
           "|---|---|---|---|---|---|---|---|"]
     for r in sections.get("moe") or []:

@@ -27,7 +27,7 @@ def _ops(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .demo import CASES
+    from .demo import CASES, MOE_CASE
 
     parser = argparse.ArgumentParser(
         prog="python -m pyfuser",
@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="default: cuda if available")
     demo.add_argument("--size", choices=["auto", "small", "large"], default="auto", help="default: large on cuda")
     demo.add_argument(
-        "--case", action="append", choices=[c.key for c in CASES], help="run only this case (repeatable)"
+        "--case", action="append", choices=[c.key for c in CASES] + [MOE_CASE], help="run only this case (repeatable)"
     )
     demo.set_defaults(func=_demo)
 

@@ -383,6 +383,28 @@ def pick_device(requested: str = "auto") -> torch.device:
     return torch.device(requested)
 
 
+MOE_CASE = "moe_nvfp4"
+
+
+def run_moe(device: torch.device, out: TextIO) -> str:
+    """The NVFP4 MoE layer (pyfuser/nvfp4/moe.py): one fusion from router to weighted sum, NVFP4 expert weights,
+    checked against a torch emulation of the same math (tightly) and the bf16 layer (NVFP4's error)."""
+    from .nvfp4 import moe
+
+    print("=" * 100, file=out)
+    print("(moe) MoE layer with NVFP4 experts: router, top-k, permutation, grouped quantize + layout op, NVFP4 "
+          "grouped GEMMs (Triton, dequantized in registers), SiLU*mul, un-permute", file=out)
+    try:
+        metrics = moe.run_demo(device)
+    except Exception as e:  # report and carry on
+        print(f"FAIL {MOE_CASE}: {type(e).__name__}: {e}", file=out)
+        return "FAIL"
+    print(moe.format_report(metrics), file=out)
+    verdict = "PASS" if metrics["ok"] else "FAIL"
+    print(f"{verdict} {MOE_CASE}", file=out)
+    return verdict
+
+
 def run(device: str = "auto", size: str = "auto", cases: Optional[list[str]] = None, out: Optional[TextIO] = None) -> int:
     """Run the demo; returns the process exit code (1 if any case failed)."""
     out = sys.stdout if out is None else out  # looked up at call time, so redirected stdout is honoured
@@ -394,6 +416,8 @@ def run(device: str = "auto", size: str = "auto", cases: Optional[list[str]] = N
     results = {}
     for c in selected:
         results[c.key] = run_case(c, dev, sz, out, first_in_process=not _ran_before(results))
+    if cases is None or MOE_CASE in cases:
+        results[MOE_CASE] = run_moe(dev, out)
     print("=" * 100, file=out)
     print("summary: " + ", ".join(f"{k} {v}" for k, v in results.items()), file=out)
     return 1 if "FAIL" in results.values() else 0

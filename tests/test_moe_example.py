@@ -1,4 +1,4 @@
-"""examples/moe_nvfp4.py: the NVFP4 MoE layer as one pyfuser fusion, at tiny sizes.
+"""pyfuser/nvfp4/moe.py (examples/moe_nvfp4.py): the NVFP4 MoE layer as one pyfuser fusion, at tiny sizes.
 
 The fusion is checked
 - tightly against the example's own plain-torch NVFP4 emulation (fake-quantized activations, weights decoded from
@@ -22,8 +22,7 @@ from harness import DEVICE
 from pyfuser import FusionDefinition
 from pyfuser.nvfp4 import reference as ref
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-import moe_nvfp4 as moe  # noqa: E402  (examples/ is not a package)
+from pyfuser.nvfp4 import moe  # noqa: E402
 
 TINY = moe.MoEConfig(hidden=128, intermediate=64, experts=4, top_k=2)
 
