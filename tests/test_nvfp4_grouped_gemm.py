@@ -43,6 +43,17 @@ def _e4m3(shape, gen, lo_bits=0x08, hi_bits=0x48, signed=False) -> torch.Tensor:
     return bits.to(torch.uint8).view(torch.float8_e4m3fn)
 
 
+def _to_device(t: torch.Tensor) -> torch.Tensor:
+    """``t`` on DEVICE with its WHOLE storage. ``Tensor.to``/``clone`` copy only the elements the view shows, and
+    the layout op's result shows [M, K/16] of a (M + 127 G) * K/16 buffer: a copied view keeps only the first M
+    rows of the buffer, and the kernel (which bounds its scale1 reads by the storage) reads zero scales past them.
+    This is what made the layout-form cases fail on the GPU while they passed on CPU (where .to is a no-op)."""
+    if t.device == DEVICE:
+        return t
+    whole = torch.as_strided(t, (t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
+    return torch.as_strided(whole.to(DEVICE), t.shape, t.stride(), t.storage_offset())
+
+
 class Case:
     """Random operands in the op's run-time form, plus what the oracle needs (codes and linear scales)."""
 
@@ -79,7 +90,7 @@ class Case:
         i32 = dict(dtype=torch.int32)
         self.args = [mat1, mat2, scale1, scale2, self.alpha, ps, torch.tensor(self.e_offs, **i32).reshape(g),
                      torch.tensor(self.sf_offs, **i32).reshape(g)]
-        self.args = [a.to(DEVICE) for a in self.args]
+        self.args = [_to_device(a) for a in self.args]
 
     def _place(self, storage, sk):
         for t, e, sf in zip(self.tokens, self.e_offs, self.sf_offs):
@@ -121,6 +132,20 @@ def test_matches_oracle_and_reference(k, scale1_form, out_dtype):
     ref = reference.nvfp4_grouped_mm(*case.args, out_dtype)
     scale = ref.double().abs().max().item()
     torch.testing.assert_close(out.double(), ref.double(), atol=1e-2 * scale, rtol=1e-2)
+
+
+def test_layout_form_operand_keeps_its_whole_buffer():
+    # Regression (GPU-only failure): the layout op's result must reach the kernel with its whole grouped buffer.
+    case = Case([20, 33, 0, 43], 128, 64, seed=64)
+    scale1 = case.args[2]
+    assert scale1.device.type == DEVICE.type and tuple(scale1.shape) == (96, 4)
+    assert scale1.untyped_storage().nbytes() == (96 + 127 * 4) * 4
+    # What a plain copy of the view does instead, and what the kernel then computes: the groups whose scale slabs
+    # lie past the copied rows get zero scales (zero rows), which is the mismatch the GPU run showed.
+    cut = scale1.clone()
+    assert cut.untyped_storage().nbytes() == 96 * 4
+    out = nvfp4_grouped_mm(case.args[0], case.args[1], cut, *case.args[3:], torch.bfloat16).cpu()
+    assert torch.all(out[20:] == 0) and torch.any(out[:20] != 0)
 
 
 @pytest.mark.parametrize("swap_ab", [False, True])
