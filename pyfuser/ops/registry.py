@@ -68,11 +68,13 @@ class OpDef:
     # Whether the op accepts Float4_e2m1fn operands (packed at run time: most ATen ops cannot read them).
     accepts_fp4: bool = False
 
-    def run(self, node: Expr, args: tuple, kwargs: dict, use_kernel: bool = False):
-        """Evaluate with ATen, picking the meta override when any tensor argument is on the meta device, or
-        the op's own Triton kernel when ``use_kernel``."""
+    def run(self, node: Expr, args: tuple, kwargs: dict, use_kernel: bool = False, on_meta: Optional[bool] = None):
+        """Evaluate with ATen, picking the meta override on meta tensors (``on_meta``; None: look at the
+        arguments), or the op's own Triton kernel when ``use_kernel``."""
         fn = self.evaluate
-        if self.meta is not None and _any_meta(args, kwargs):
+        if on_meta is None:
+            on_meta = self.meta is not None and _any_meta(args, kwargs)
+        if self.meta is not None and on_meta:
             fn = self.meta
         elif use_kernel and self.kernel is not None:
             fn = self.kernel

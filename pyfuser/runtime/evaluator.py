@@ -14,6 +14,7 @@ import torch
 from ..errors import FusionExecutionError, PyfuserError
 from ..ir.fusion import Fusion
 from ..ir.nodes import Expr, Scalar, Val, Vector
+from .options import Options
 
 
 class Env(dict):
@@ -71,11 +72,12 @@ def run_device() -> torch.device:
 RUN_OPTIONS: contextvars.ContextVar[Optional[Any]] = contextvars.ContextVar("pyfuser_run_options", default=None)
 
 
-def run_options():
-    from .options import Options
+_DEFAULT_OPTIONS = Options()
 
+
+def run_options() -> Options:
     opts = RUN_OPTIONS.get()
-    return Options() if opts is None else opts
+    return _DEFAULT_OPTIONS if opts is None else opts
 
 
 def run_expr(expr: Expr, env: Env, use_kernel: bool = False) -> None:
@@ -83,7 +85,9 @@ def run_expr(expr: Expr, env: Env, use_kernel: bool = False) -> None:
     kwargs = resolve(expr.kwargs, env)
     token = _RUN_DEVICE.set(env.device)
     try:
-        result = expr.op.run(expr, args, kwargs, use_kernel)
+        # The run's device says whether this is meta inference: no need to scan the arguments.
+        on_meta = env.device is not None and env.device.type == "meta"
+        result = expr.op.run(expr, args, kwargs, use_kernel, on_meta)
     except PyfuserError:
         raise
     except (RuntimeError, ValueError, TypeError, IndexError) as e:
