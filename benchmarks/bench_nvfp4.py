@@ -366,7 +366,7 @@ def bench_moe(dev, timer, copy_bw, quick):
                 if name.startswith("pyfuser"):
                     f = layer.fusion(t)
                     row["segments"] = [s.kind.value for s in f.segments()]
-                    row["runs"] = [_runs_as(e) for e in f.last_runtime().executors]
+                    row["runs"] = _runs_as(f.last_runtime())
             except Exception as e:
                 row["error"] = _err(e)
             case_rows.append(row)
@@ -385,13 +385,9 @@ def bench_moe(dev, timer, copy_bw, quick):
 # targets, report
 
 
-def _runs_as(executor) -> str:
-    """generated Triton kernel, a hand-written Triton kernel run by its op (NVFP4 ops), or ATen."""
-    if getattr(executor, "plan", None) is not None:
-        return "triton"
-    if "Triton kernel" in getattr(executor, "reason", ""):  # e.g. "hand-written kernel (op: Triton kernel)"
-        return "op kernel"
-    return "aten"
+def _runs_as(runtime) -> list[str]:
+    """Per segment: "triton" (generated kernel), "op kernel" (an NVFP4 op's hand-written Triton kernel) or "aten"."""
+    return [r.runs_as for r in runtime.describe()]
 
 
 def _err(e: BaseException) -> str:

@@ -104,6 +104,12 @@ def test_layout_op_is_its_own_pointwise_segment():
     fd.execute([torch.randn(10, 3, device=DEVICE), _i32([0, 2, 5]), _i32([0, 128, 256])])
     kinds = [s.kind for s in fd.last_runtime().segments]
     assert kinds == [SchedulerKind.POINTWISE]
+    (report,) = fd.last_execution()
+    assert report.runs_as == "op kernel" and "preprocess_grouped_matmul_input_sf" in str(report)
+    fd.execute([torch.randn(10, 3, device=DEVICE), _i32([0, 2, 5]), _i32([0, 128, 256])],
+               _disable_options=["kernel_codegen"])
+    (report,) = fd.last_execution()
+    assert report.runs_as == "aten" and "kernel_codegen is disabled" in report.reason
 
 
 def test_layout_op_offsets_computed_in_fusion_split_segments():

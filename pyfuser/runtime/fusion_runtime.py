@@ -47,11 +47,11 @@ class FusionRuntime:
         # Hand-written kernels (OpDef.kernel) run where generated ones would; otherwise their reference does.
         own_kernels = self.options.kernel_codegen and triton_usable(self.device)
         for seg in self.segments:
-            own = [e.op.name for e in seg.exprs if e.op.kernel is not None]
             if seg.kind is SchedulerKind.EXPR_EVAL or any(e.op.kind is OpKind.OWN_KERNEL for e in seg.exprs):
-                reason = "ExprEval segment" if seg.kind is SchedulerKind.EXPR_EVAL else "hand-written kernel"
-                if own:
-                    reason += f" ({', '.join(own)}: {'Triton kernel' if own_kernels else 'torch reference'})"
+                reason = "ExprEval segment"
+                if any(e.op.kind is OpKind.OWN_KERNEL for e in seg.exprs):  # its kernel does not run here
+                    reason = "torch reference of an op with a hand-written kernel: " + (
+                        "kernel_codegen is disabled" if not self.options.kernel_codegen else f"no Triton on {self.device.type}")
                 executors.append(AtenSegmentExecutor(seg, reason, use_kernels=own_kernels))
                 expr_eval_outputs.update(id(o) for o in seg.outputs)
             else:

@@ -22,7 +22,7 @@ from .layouts import TensorLayout
 class SegmentReport:
     index: int
     kind: str  # scheduler kind: ExprEval, PointWise, Reduction, InnerPersistent
-    runs_as: str  # "triton" or "aten"
+    runs_as: str  # "triton" (generated kernel), "op kernel" (an op's hand-written Triton kernel) or "aten"
     reason: str  # why ATen, when it is ATen
     kernel_name: Optional[str]
     kernel_source: Optional[str]
@@ -31,7 +31,8 @@ class SegmentReport:
     outputs: dict[str, Optional[TensorLayout]] = field(default_factory=dict)
 
     def __str__(self) -> str:
-        how = f"triton kernel {self.kernel_name}" if self.runs_as == "triton" else f"aten ({self.reason})"
+        how = {"triton": f"triton kernel {self.kernel_name}",
+               "op kernel": f"hand-written Triton kernel ({self.reason})"}.get(self.runs_as, f"aten ({self.reason})")
         lines = [f"segment {self.index} [{self.kind}] runs as {how}: {', '.join(self.ops)}"]
         lines += [f"  in  {n}: {lay}" for n, lay in self.inputs.items()]
         lines += [f"  out {n}: {lay}" for n, lay in self.outputs.items()]
@@ -42,12 +43,14 @@ def reports(runtime) -> list[SegmentReport]:
     result = []
     for seg, ex in zip(runtime.segments, runtime.executors):
         plan = getattr(ex, "plan", None)
+        own = [e.op.name for e in seg.exprs if e.op.kernel is not None] if getattr(ex, "use_kernels", False) else []
+        runs_as = "triton" if plan is not None else ("op kernel" if own else "aten")
         result.append(
             SegmentReport(
                 index=seg.index,
                 kind=seg.kind.value,
-                runs_as="triton" if plan is not None else "aten",
-                reason="" if plan is not None else getattr(ex, "reason", ""),
+                runs_as=runs_as,
+                reason=", ".join(own) if own else ("" if plan is not None else getattr(ex, "reason", "")),
                 kernel_name=None if plan is None else plan.name,
                 kernel_source=None if plan is None else plan.source,
                 ops=[e.op.name for e in seg.exprs],
