@@ -1,25 +1,30 @@
 """Sweep tile configs of the NVFP4 grouped GEMM (pyfuser.nvfp4.grouped_gemm) against bf16 torch._grouped_mm.
 
-Run on the GPU machine:  python benchmarks/sweep_nvfp4_gemm.py --out benchmarks/results/<date>-nvfp4-gemm-sweep.json
+Run on the GPU machine:  python benchmarks/sweep_nvfp4_gemm.py --jobs 12 --out <path>.json
 
 1. Every config is first checked against pyfuser.nvfp4.reference.nvfp4_grouped_mm on a small ragged case
-   (an empty group, a group over 128 rows, K spanning several k-tiles); a config that fails is not timed.
+   (an empty group, a group over 128 rows, K spanning several k-tiles, the same G and divisibility of N and K as
+   the timed shapes, so the kernels compiled here are the ones timed); a config that fails is not timed.
+   --jobs N runs these checks in N processes: compiling dominates the sweep, and Triton's on-disk cache then
+   serves the timing phase.
 2. Shapes: G=8 experts, K=4096, N in {2048, 14336}; decode with 1, 16 and 64 tokens per expert, prefill with
    8192 tokens (1024 per expert). For each: bf16 torch._grouped_mm on the same shape (weights stored [G, N, K]
    and passed transposed, as a Linear weight), then the heuristic's config (checked against the reference at the
    full shape), then each candidate config. Times are medians of triton.testing.do_bench, which clears L2 between
    runs (the decode weights would otherwise fit in the H200's L2).
 3. Prints one table per shape (time, GB/s of all operand bytes, speed-up over bf16) and the best config;
-   writes everything as JSON to --out. Targets: >= 2x bf16 at decode shapes, >= 0.5x at prefill.
-4. Expected wall time on an H200: about 2-3 minutes, most of it compiling the ~20 distinct configs.
-   --smoke runs tiny shapes with two configs per kind on any device (CPU: TRITON_INTERPRET=1) to check the script.
+   writes everything as JSON to --out (after every shape, so an interrupted run keeps what it measured).
+   Targets: >= 2x bf16 at decode shapes, >= 0.5x at prefill.
+   --smoke runs tiny shapes with a few configs on any device (CPU: TRITON_INTERPRET=1) to check the script.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
+import multiprocessing as mp
 import sys
 import time
 from dataclasses import asdict
@@ -36,24 +41,29 @@ NS = (2048, 14336)
 DECODE_TOKENS = (1, 16, 64)
 PREFILL_TOKENS = 8192
 
-# (block_m, block_n, block_k, swap_ab, num_warps, num_stages); decode configs take block_m from the shape.
+# (block_n, block_k, split_k, group_m, predequant, num_warps, num_stages); decode configs take block_m from the shape.
 DECODE_CONFIGS = [
-    (64, 256, True, 4, 4),
-    (128, 256, True, 4, 4),
-    (128, 256, True, 8, 4),
-    (128, 128, True, 4, 6),
-    (64, 512, True, 4, 3),
-    (128, 256, False, 4, 4),
-    (256, 128, True, 8, 3),
+    (64, 256, 1, 8, False, 4, 4),
+    (64, 256, 2, 8, False, 4, 4),
+    (64, 256, 4, 8, False, 4, 4),
+    (64, 128, 2, 8, False, 4, 6),
+    (64, 128, 4, 8, False, 4, 6),
+    (64, 512, 2, 8, False, 4, 3),
+    (128, 256, 1, 8, False, 4, 4),
+    (128, 256, 1, 8, False, 4, 6),
+    (128, 256, 2, 8, False, 4, 4),
+    (128, 128, 1, 8, False, 4, 8),
+    (128, 256, 1, 8, False, 8, 4),
+    (256, 128, 1, 8, False, 8, 4),
+    (256, 256, 1, 8, False, 8, 3),
+    (64, 256, 1, 8, True, 4, 4),
+    (128, 256, 1, 8, True, 8, 4),
 ]
+# (block_m, block_n, block_k, split_k, group_m, predequant, num_warps, num_stages)
 PREFILL_CONFIGS = [
-    (128, 256, 128, False, 8, 3),
-    (128, 256, 128, True, 8, 3),
-    (128, 128, 128, False, 8, 3),
-    (256, 128, 128, False, 8, 3),
-    (128, 128, 256, False, 8, 2),
-    (64, 128, 128, False, 4, 4),
-    (128, 256, 128, False, 8, 2),
+    (128, 256, 128, 1, 8, True, 8, 3),
+    (128, 256, 128, 1, 8, True, 8, 4),
+    (128, 256, 128, 1, 8, False, 8, 3),
 ]
 
 
@@ -90,10 +100,6 @@ def close(out, ref) -> tuple[bool, float]:
     return ok, err / scale
 
 
-def cfg_kwargs(cfg: GemmConfig) -> dict:
-    return asdict(cfg)
-
-
 def bench(fn, reps, dev) -> float:
     if dev.type != "cuda":  # --smoke on CPU: one timed call (the interpreter's time means nothing anyway)
         t0 = time.perf_counter()
@@ -102,18 +108,150 @@ def bench(fn, reps, dev) -> float:
     return triton.testing.do_bench(fn, warmup=10, rep=reps, return_mode="median") * 1e3  # us
 
 
+def bench_gpu(fn, dev, calls=20) -> float:
+    """GPU time of one call, host launch cost excluded: a sleep kernel keeps the GPU busy while the host queues
+    every call (each after an L2 clear), so the calls then run back to back. Median, in us."""
+    if dev.type != "cuda":
+        return float("nan")
+    cache = torch.empty(256 * 2**20, dtype=torch.int8, device=dev)
+    fn()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+    torch.cuda._sleep(int(2e9 * calls * 500e-6))  # ~500 us of host time per queued call, at ~2 GHz
+    for i in range(calls):
+        cache.zero_()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return times[calls // 2] * 1e3
+
+
+def small_case(dev):
+    # G experts as in the timed shapes (the kernels specialize on next_pow2(G)); an empty group, a group over two
+    # 128-row scale tiles, ragged sizes; N and K with the timed shapes' divisibility by 16 words.
+    tokens = ([37, 0, 150, 5] * G)[:G]
+    k = 1024 if dev.type == "cuda" else 256
+    ops = make_operands(tokens, 256, k, dev, seed=1)
+    return ops, reference.nvfp4_grouped_mm(*ops, torch.bfloat16)
+
+
+_SMALL = None
+
+
+def check_config(cfg_tuple):
+    """Run one config on the small case; (ok, max rel err, error text, seconds). Runs in pool workers."""
+    global _SMALL
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if _SMALL is None:
+        _SMALL = small_case(dev)
+    ops, ref = _SMALL
+    t0 = time.time()
+    try:
+        if cfg_tuple[0] == "baseline":
+            out = _baseline_fn(cfg_tuple[1])(*ops, torch.bfloat16)
+        else:
+            out = nvfp4_grouped_mm(*ops, torch.bfloat16, **asdict(GemmConfig(*cfg_tuple)))
+        ok, rel = close(out, ref)
+        # Twice: the split-K counters must be back to zero for the next launch.
+        ok2, _ = close(nvfp4_grouped_mm(*ops, torch.bfloat16, **asdict(GemmConfig(*cfg_tuple)))
+                       if cfg_tuple[0] != "baseline" else out, ref)
+        return ok and ok2, rel, None, round(time.time() - t0, 2)
+    except Exception as e:  # a config the compiler rejects (registers, shared memory)
+        return False, None, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", round(time.time() - t0, 2)
+
+
+def profile(fn, calls=20) -> dict:
+    """GPU time per kernel (CUPTI, L2 cleared before every call) and the host time of one call."""
+    cache = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):  # host time: the launch queue never fills with this few calls
+        fn()
+    host_us = (time.perf_counter() - t0) / calls * 1e6
+    torch.cuda.synchronize()
+    result = {"host_us_per_call": round(host_us, 1)}
+    try:  # best-effort: a machine without CUPTI still gets its sweep
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as torch_profile
+
+        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                cache.zero_()
+                fn()
+            torch.cuda.synchronize()
+        result["gpu_us_per_call"] = {
+            ev.key[:48]: round(ev.device_time_total / calls, 2) for ev in prof.key_averages()
+            if ev.device_time_total > 0 and ev.key != "Memset (Device)"
+        }
+    except Exception as e:
+        result["profiler_error"] = f"{type(e).__name__}: {e}"
+    return result
+
+
+def host_breakdown(ops) -> dict:
+    """Host (Python) cost of the launcher's steps on this machine's CPU, in us per call."""
+    from pyfuser.nvfp4 import grouped_gemm as gg
+
+    def per_call(f, n=200):
+        f()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            f()
+        return round((time.perf_counter() - t0) / n * 1e6, 2)
+
+    dev = ops[0].device
+    return {
+        "validate": per_call(lambda: gg._validate(*ops)),
+        "as_words_x2": per_call(lambda: (gg._as_words(ops[0], "a"), gg._as_words(ops[1].transpose(-1, -2), "b"))),
+        "empty": per_call(lambda: torch.empty((8, 2048), dtype=torch.bfloat16, device=dev)),
+        "zeros": per_call(lambda: torch.zeros((288,), dtype=torch.int32, device=dev)),
+        "whole_call": per_call(lambda: nvfp4_grouped_mm(*ops, torch.bfloat16), n=50),
+        "whole_call_jit_launch": _without_fast_launch(lambda: per_call(lambda: nvfp4_grouped_mm(*ops, torch.bfloat16),
+                                                                       n=50)),
+    }
+
+
+def _without_fast_launch(f):
+    from pyfuser.nvfp4 import grouped_gemm as gg
+
+    saved, gg._FAST_LAUNCH = gg._FAST_LAUNCH, False
+    try:
+        return f()
+    finally:
+        gg._FAST_LAUNCH = saved
+
+
+def _baseline_fn(path):
+    spec = importlib.util.spec_from_file_location("baseline_gemm", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["baseline_gemm"] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod.nvfp4_grouped_mm
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="JSON results path")
     ap.add_argument("--rep-ms", type=int, default=60, help="do_bench measuring time per config (ms)")
+    ap.add_argument("--jobs", type=int, default=1, help="processes for the check (compile) phase")
+    ap.add_argument("--check-only", action="store_true", help="stop after the check phase (warms Triton's cache)")
+    ap.add_argument("--baseline", help="path of another grouped_gemm module whose nvfp4_grouped_mm (its own "
+                                       "default config) is timed too, e.g. a previous version")
+    ap.add_argument("--profile", action="store_true", help="per-kernel GPU times (torch.profiler) and host time "
+                                                             "of the default and best configs")
+    ap.add_argument("--shapes", default="all", help="comma list of decode1,decode16,decode64,prefill or 'all'")
     ap.add_argument("--smoke", action="store_true",
-                    help="tiny shapes, two configs per kind, any device (CPU needs TRITON_INTERPRET=1): "
-                         "checks the script")
+                    help="tiny shapes, a few configs, any device (CPU needs TRITON_INTERPRET=1): checks the script")
     args = ap.parse_args()
     global G, K, NS, DECODE_TOKENS, PREFILL_TOKENS, DECODE_CONFIGS, PREFILL_CONFIGS
     if args.smoke:
         G, K, NS, DECODE_TOKENS, PREFILL_TOKENS = 2, 256, (128,), (1, 16), 2 * 80
-        DECODE_CONFIGS, PREFILL_CONFIGS = DECODE_CONFIGS[:2], PREFILL_CONFIGS[5:6]
+        DECODE_CONFIGS = [(64, 128, 2, 8, False, 4, 2), (64, 128, 1, 8, True, 4, 2)]
+        PREFILL_CONFIGS = [(64, 64, 128, 1, 8, True, 4, 2)]
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     t_start = time.time()
     result = {
@@ -126,36 +264,43 @@ def main():
         "shapes": [],
     }
 
-    shapes = [("decode", tpe, n) for tpe in DECODE_TOKENS for n in NS]
-    shapes += [("prefill", PREFILL_TOKENS // G, n) for n in NS]
+    wanted = set(args.shapes.split(",")) if args.shapes != "all" else None
+    shapes = [("decode", tpe, n) for tpe in DECODE_TOKENS for n in NS
+              if wanted is None or f"decode{tpe}" in wanted]
+    if wanted is None or "prefill" in wanted:
+        shapes += [("prefill", PREFILL_TOKENS // G, n) for n in NS]
 
     def configs_for(kind, tpe):
         if kind == "decode":
-            bm = min(64, max(16, 1 << max(0, (tpe - 1).bit_length())))
+            bm = max(16, 1 << max(0, (tpe - 1).bit_length()))
             return [GemmConfig(bm, *c) for c in DECODE_CONFIGS]
         return [GemmConfig(*c) for c in PREFILL_CONFIGS]
 
-    # 1. Correctness of every distinct config on a small ragged case.
-    small = make_operands([37, 0, 150, 5], 256, 512 if not args.smoke else 256, dev, seed=1)
-    small_ref = reference.nvfp4_grouped_mm(*small, torch.bfloat16)
-    valid = {}
+    # 1. Correctness of every distinct config on a small ragged case (in --jobs processes).
     all_cfgs = {c for kind, tpe, _ in shapes for c in configs_for(kind, tpe)}
     all_cfgs |= {default_config(tpe * G, n, K, G) for _, tpe, n in shapes}
-    for cfg in sorted(all_cfgs, key=lambda c: tuple(asdict(c).values())):
-        t0 = time.time()
-        try:
-            out = nvfp4_grouped_mm(*small, torch.bfloat16, **cfg_kwargs(cfg))
-            ok, rel = close(out, small_ref)
-            err = None
-        except Exception as e:  # a config the compiler rejects (registers, shared memory)
-            ok, rel, err = False, None, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-        valid[cfg] = ok
-        result["configs_checked"].append({"config": asdict(cfg), "ok": ok, "max_rel_err": rel, "error": err,
-                                          "compile_and_check_s": round(time.time() - t0, 2)})
-        print(f"check {tuple(asdict(cfg).values())}: {'ok' if ok else 'FAILED'}"
-              f"{'' if err is None else ' ' + err} ({time.time() - t0:.1f}s)", flush=True)
+    todo = [tuple(asdict(c).values()) for c in sorted(all_cfgs, key=lambda c: tuple(asdict(c).values()))]
+    if args.baseline:
+        todo.append(("baseline", args.baseline))
+    if args.jobs > 1:
+        with mp.get_context("spawn").Pool(args.jobs) as pool:
+            checks = pool.map(check_config, todo, chunksize=1)
+    else:
+        checks = [check_config(c) for c in todo]
+    valid = {}
+    for c, (ok, rel, err, secs) in zip(todo, checks):
+        valid[c] = ok
+        result["configs_checked"].append({"config": list(c), "ok": ok, "max_rel_err": rel, "error": err,
+                                          "check_s": secs})
+        print(f"check {c}: {'ok' if ok else 'FAILED'}{'' if err is None else ' ' + err} ({secs}s)", flush=True)
+    print(f"check phase {time.time() - t_start:.1f}s", flush=True)
+    if args.check_only:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+        return 0 if all(valid.values()) else 1
 
     # 2. Timings.
+    baseline = _baseline_fn(args.baseline) if args.baseline and valid.get(("baseline", args.baseline)) else None
     for kind, tpe, n in shapes:
         tokens = [tpe] * G
         m = sum(tokens)
@@ -164,57 +309,75 @@ def main():
         w16 = torch.randn(G, n, K, device=dev, dtype=torch.bfloat16)
         offs = torch.cumsum(torch.tensor(tokens, device=dev), 0).to(torch.int32)
         try:
-            bf16_us = bench(lambda: torch._grouped_mm(a16, w16.transpose(-2, -1), offs=offs), args.rep_ms, dev)
+            bf16_fn = lambda: torch._grouped_mm(a16, w16.transpose(-2, -1), offs=offs)  # noqa: E731
+            bf16_us, bf16_gpu_us = bench(bf16_fn, args.rep_ms, dev), bench_gpu(bf16_fn, dev)
         except RuntimeError as e:  # only expected off-GPU (smoke runs)
             print(f"bf16 _grouped_mm failed: {e}")
-            bf16_us = float("nan")
+            bf16_us = bf16_gpu_us = float("nan")
         del w16
         fp4_bytes = G * n * K // 2 + G * n * K // 16 + m * K // 2 + m * K // 16 + m * n * 2
 
         default = default_config(m, n, K, G)
+        if dev.type == "cuda" and args.profile and not result.get("host_breakdown"):
+            result["host_breakdown"] = host_breakdown(ops)
+            print(f"host breakdown (us per call): {result['host_breakdown']}", flush=True)
         ref = reference.nvfp4_grouped_mm(*ops, torch.bfloat16)
         ok_full, rel_full = close(nvfp4_grouped_mm(*ops, torch.bfloat16), ref)
         del ref
         rows = []
+        if baseline is not None:
+            us = bench(lambda: baseline(*ops, torch.bfloat16), args.rep_ms, dev)
+            rows.append({"config": "baseline", "us": round(us, 2), "GBps": round(fp4_bytes / us / 1e3, 1),
+                         "speedup_vs_bf16": round(bf16_us / us, 3)})
         for cfg in [default] + [c for c in configs_for(kind, tpe) if c != default]:
-            if not valid.get(cfg, False):
+            if not valid.get(tuple(asdict(cfg).values()), False):
                 rows.append({"config": asdict(cfg), "us": None, "note": "failed the correctness check"})
                 continue
-            us = bench(lambda: nvfp4_grouped_mm(*ops, torch.bfloat16, **cfg_kwargs(cfg)), args.rep_ms, dev)
+            us = bench(lambda: nvfp4_grouped_mm(*ops, torch.bfloat16, **asdict(cfg)), args.rep_ms, dev)
+            gpu_us = bench_gpu(lambda: nvfp4_grouped_mm(*ops, torch.bfloat16, **asdict(cfg)), dev)
             rows.append({"config": asdict(cfg), "default": cfg == default, "us": round(us, 2),
+                         "gpu_us": round(gpu_us, 2), "gpu_speedup_vs_bf16": round(bf16_gpu_us / gpu_us, 3),
                          "GBps": round(fp4_bytes / us / 1e3, 1), "speedup_vs_bf16": round(bf16_us / us, 3)})
-        timed = [r for r in rows if r["us"] is not None]
+        timed = [r for r in rows if r["us"] is not None and r["config"] != "baseline"]
         best = min(timed, key=lambda r: r["us"]) if timed else None
+        best_gpu = min(timed, key=lambda r: r["gpu_us"]) if timed else None
         entry = {"kind": kind, "tokens_per_expert": tpe, "M": m, "N": n, "K": K, "G": G,
-                 "bf16_grouped_mm_us": round(bf16_us, 2), "default_config": asdict(default),
+                 "bf16_grouped_mm_us": round(bf16_us, 2), "bf16_gpu_us": round(bf16_gpu_us, 2), "default_config": asdict(default),
                  "default_matches_reference": ok_full, "default_max_rel_err": rel_full,
-                 "target_speedup": 2.0 if kind == "decode" else 0.5, "results": rows, "best": best}
+                 "target_speedup": 2.0 if kind == "decode" else 0.5, "results": rows, "best": best, "best_gpu": best_gpu}
         result["shapes"].append(entry)
 
-        print(f"\n{kind}: {tpe} tokens/expert, M={m} N={n} K={K} G={G}; bf16 _grouped_mm {bf16_us:.1f} us; "
+        print(f"\n{kind}: {tpe} tokens/expert, M={m} N={n} K={K} G={G}; bf16 _grouped_mm {bf16_us:.1f} us (GPU {bf16_gpu_us:.1f}); "
               f"default config matches reference: {ok_full} (max rel err {rel_full:.2e})")
-        print(f"  {'BM':>4} {'BN':>4} {'BK':>4} {'swap':>5} {'warps':>5} {'stages':>6} {'us':>9} {'GB/s':>7} "
-              f"{'x bf16':>7}")
+        print(f"  {'BM':>4} {'BN':>4} {'BK':>4} {'split':>5} {'grp':>4} {'pre':>4} {'warps':>5} {'stages':>6} {'us':>9} "
+              f"{'GB/s':>7} {'x bf16':>7} {'gpu us':>8} {'x bf16':>7}")
         for r in rows:
             c = r["config"]
             mark = " <- default" if r.get("default") else ""
+            head = ("  baseline" + " " * 40 if c == "baseline" else
+                    f"  {c['block_m']:>4} {c['block_n']:>4} {c['block_k']:>4} {c['split_k']:>5} {c['group_m']:>4} "
+                    f"{'yes' if c['predequant'] else 'no':>4} {c['num_warps']:>5} {c['num_stages']:>6}")
             if r["us"] is None:
-                print(f"  {c['block_m']:>4} {c['block_n']:>4} {c['block_k']:>4} {str(c['swap_ab']):>5} "
-                      f"{c['num_warps']:>5} {c['num_stages']:>6} {'-':>9} {r['note']}{mark}")
+                print(f"{head} {'-':>9} {r['note']}{mark}")
             else:
-                print(f"  {c['block_m']:>4} {c['block_n']:>4} {c['block_k']:>4} {str(c['swap_ab']):>5} "
-                      f"{c['num_warps']:>5} {c['num_stages']:>6} {r['us']:>9.1f} {r['GBps']:>7.0f} "
-                      f"{r['speedup_vs_bf16']:>7.2f}{mark}")
+                gpu = (f" {r['gpu_us']:>8.1f} {r['gpu_speedup_vs_bf16']:>7.2f}" if "gpu_us" in r else "")
+                print(f"{head} {r['us']:>9.1f} {r['GBps']:>7.0f} {r['speedup_vs_bf16']:>7.2f}{gpu}{mark}")
         if best:
             print(f"  best: {tuple(best['config'].values())} {best['us']:.1f} us = {best['speedup_vs_bf16']:.2f}x bf16 "
                   f"(target {entry['target_speedup']}x)", flush=True)
+        if dev.type == "cuda" and args.profile:
+            entry["profile"] = {}
+            for name, cfg in (("default", default),):
+                if cfg is not None:
+                    entry["profile"][name] = profile(lambda: nvfp4_grouped_mm(*ops, torch.bfloat16, **asdict(cfg)))
+                    print(f"  {name} {tuple(asdict(cfg).values())}: {entry['profile'][name]}", flush=True)
         del ops
         if dev.type == "cuda":
             torch.cuda.empty_cache()
+        result["wall_s"] = round(time.time() - t_start, 1)
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
 
-    result["wall_s"] = round(time.time() - t_start, 1)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
     print(f"\nwrote {args.out} ({result['wall_s']} s)")
     return 0
 

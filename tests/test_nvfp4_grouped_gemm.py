@@ -122,12 +122,13 @@ def _check(out, case, out_dtype):
     assert torch.all(got[~covered] == 0), "rows no group covers must be zero"
 
 
+@pytest.mark.parametrize("predequant", [False, True])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("scale1_form", ["layout", "plain"])
 @pytest.mark.parametrize("k", [64, 128])
-def test_matches_oracle_and_reference(k, scale1_form, out_dtype):
+def test_matches_oracle_and_reference(k, scale1_form, out_dtype, predequant):
     case = Case([20, 33, 0, 43], 128, k, seed=k, scale1_form=scale1_form)
-    out = nvfp4_grouped_mm(*case.args, out_dtype)
+    out = nvfp4_grouped_mm(*case.args, out_dtype, predequant=predequant)
     _check(out, case, out_dtype)
     ref = reference.nvfp4_grouped_mm(*case.args, out_dtype)
     scale = ref.double().abs().max().item()
@@ -148,14 +149,51 @@ def test_layout_form_operand_keeps_its_whole_buffer():
     assert torch.all(out[20:] == 0) and torch.any(out[:20] != 0)
 
 
-@pytest.mark.parametrize("swap_ab", [False, True])
-@pytest.mark.parametrize("block_m,block_n,block_k", [(16, 64, 128), (32, 128, 256)])
-def test_tile_configs(swap_ab, block_m, block_n, block_k):
-    # K=256: two k-tiles of 128 (unmasked K) or one of 256; m-tiles split the 33- and 43-row groups.
+@pytest.mark.parametrize(
+    "block_m,block_n,block_k,split_k,group_m,predequant",
+    [(16, 64, 128, 1, 1, False), (32, 128, 256, 1, 8, True), (16, 64, 128, 2, 2, True), (64, 64, 128, 3, 1, False)],
+)
+def test_tile_configs(block_m, block_n, block_k, split_k, group_m, predequant):
+    # K=256: two k-tiles of 128 (unmasked K) or one of 256; split_k is capped at the k-tile count; m-tiles split
+    # the 33- and 43-row groups; group_m bands of m-tiles in the program order; tokens dequantized in the GEMM's
+    # k loop or by the first launch.
     case = Case([20, 33, 0, 43], 128, 256, seed=1)
     out = nvfp4_grouped_mm(*case.args, torch.bfloat16, block_m=block_m, block_n=block_n, block_k=block_k,
-                           swap_ab=swap_ab, num_warps=4, num_stages=2)
+                           split_k=split_k, group_m=group_m, predequant=predequant, num_warps=4, num_stages=2)
     _check(out, case, torch.bfloat16)
+
+
+@pytest.mark.parametrize("k,split_k,predequant", [(640, 4, False), (192, 2, True), (1024, 8, False)])
+def test_split_k(k, split_k, predequant):
+    # K=640: 5 k-tiles of 128 in runs of 2, so the 4th split has none (its partial is zero); K=192: a masked last
+    # k-tile; K=1024: 8 splits of one k-tile. Rows no group covers stay zero (only split 0 writes them).
+    case = Case([5, 0, 19], 64, k, seed=10 + split_k, e_offs=[2, 7, 9], m=30)
+    kwargs = dict(block_m=16, block_n=64, block_k=128, split_k=split_k, predequant=predequant)
+    out = torch.full((30, 64), float("nan"), dtype=torch.float16, device=DEVICE)
+    nvfp4_grouped_mm(*case.args, torch.float16, out=out, **kwargs)
+    _check(out, case, torch.float16)
+    again = nvfp4_grouped_mm(*case.args, torch.float16, **kwargs)
+    assert torch.equal(again, out)  # deterministic, and the counters are fresh for every launch
+
+
+def _shifted(t: torch.Tensor, nbytes: int) -> torch.Tensor:
+    """A contiguous copy of ``t`` that starts ``nbytes`` into a fresh buffer (data_ptr % 16 == nbytes)."""
+    raw = t.contiguous().view(torch.uint8).reshape(-1)
+    buf = torch.zeros(raw.numel() + 16, dtype=torch.uint8, device=t.device)
+    buf[nbytes:nbytes + raw.numel()] = raw
+    return buf[nbytes:nbytes + raw.numel()].view(t.dtype).view(t.shape)
+
+
+def test_repeated_calls_and_operand_alignment():
+    # Repeated launches of one specialization take the direct launch path on CUDA; an operand that starts 4 bytes
+    # off a 16-byte boundary is a different specialization and must not reuse the aligned one's kernel.
+    case = Case([9, 23], 128, 128, seed=12)
+    mat1, mat2, *rest = case.args
+    w = mat2.transpose(-1, -2)
+    moved = (_shifted(mat1, 4), _shifted(w, 4).transpose(-1, -2))
+    assert moved[0].data_ptr() % 16 == 4 and moved[1].data_ptr() % 16 == 4
+    for operands in [(mat1, mat2), (mat1, mat2), moved, moved, (mat1, mat2)]:
+        _check(nvfp4_grouped_mm(*operands, *rest, torch.bfloat16, split_k=2, block_k=128), case, torch.bfloat16)
 
 
 def test_groups_over_128_rows_and_n_tiles():
@@ -227,20 +265,20 @@ class _SliceOf:
 
 
 def test_default_config_heuristic():
-    decode = default_config(8 * 16, 2048, 4096, 8)
-    assert decode.swap_ab and decode.block_m == 16 and decode.block_n == 64  # 8 * 16 programs of 128: too few
-    assert default_config(8 * 1, 2048, 4096, 8).block_m == 16
+    one = default_config(8 * 1, 2048, 4096, 8)
+    assert one.block_m == 16 and one.split_k > 1  # 8 experts x 32 tiles of 64 columns: split K to fill 132 SMs
+    assert default_config(8 * 16, 2048, 4096, 8).block_m == 16
     wide = default_config(8 * 64, 14336, 4096, 8)
-    assert wide.block_m == 64 and wide.block_n == 128  # 8 * 112 programs of 128 columns
+    assert wide.block_m == 64 and wide.split_k == 1  # 8 x 112 tiles of 128 columns are plenty
     prefill = default_config(8192, 14336, 4096, 8)
-    assert not prefill.swap_ab and (prefill.block_m, prefill.block_n) == (128, 256)
+    assert prefill.block_m >= 128 and prefill.split_k == 1
 
 
 def _bad(case, **changes):
     args = dict(zip(["mat1", "mat2", "scale1", "scale2", "alpha", "problem_sizes", "expert_offsets", "sf_offsets"],
                     case.args))
     out_dtype = changes.pop("out_dtype", torch.bfloat16)
-    kwargs = {k: changes.pop(k) for k in list(changes) if k in ("block_k", "block_m", "out")}
+    kwargs = {k: changes.pop(k) for k in list(changes) if k in ("block_k", "block_m", "block_n", "out")}
     args.update(changes)
     return lambda: nvfp4_grouped_mm(*args.values(), out_dtype, **kwargs)
 
@@ -271,6 +309,7 @@ def small():
         (lambda c: dict(out_dtype=torch.float32), "out_dtype must be torch.bfloat16 or torch.float16"),
         (lambda c: dict(block_k=64), "block_k must be a multiple of 128"),
         (lambda c: dict(block_m=48), "block_m must be a power of two"),
+        (lambda c: dict(block_n=32), "block_k must be a multiple of 128, block_m >= 16 and block_n >= 64"),
         (lambda c: dict(out=torch.empty(8, 128, dtype=torch.float16, device=DEVICE)), "out must be a \\[8, 128\\]"),
     ],
 )

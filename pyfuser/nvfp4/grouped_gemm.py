@@ -3,8 +3,7 @@
 ``nvfp4_grouped_mm`` computes ``fd.ops.cutlass_nvfp4_grouped_mm`` with the run-time operands that op receives
 (the contract of ``pyfuser.nvfp4.reference.nvfp4_grouped_mm``):
 ``out[e_i + r, n] = alpha[i] * sum_k A[e_i + r, k] * B_i[k, n]`` with ``A = fp4(mat1) * s1`` and
-``B_i = fp4(mat2[i]) * s2[i]``, both scales read from their 128x4-swizzled e4m3 layouts. The kernel reads the
-packed FP4 bytes and the e4m3 scales straight from the operands; no dequantized copy of either matrix exists.
+``B_i = fp4(mat2[i]) * s2[i]``, both scales read from their 128x4-swizzled e4m3 layouts.
 
 Exactness. An fp4 value (at most 2 significant bits, a multiple of 0.5, |v| <= 6) times an e4m3 scale (4
 significant bits, a multiple of 2**-9, <= 448) has at most 6 significant bits. Scaled by 2**-7 it is a multiple
@@ -12,48 +11,66 @@ of 2**-17 with magnitude <= 21, which fp16 (11 bits, subnormal step 2**-24, max 
 operand is dequantized to ``fp4 * scale * 2**-7`` in fp16, the tensor cores multiply fp16 pairs exactly into an
 fp32 accumulator, and the epilogue multiplies by ``alpha * 2**14`` (a power of two, so exact) and rounds once to
 the output dtype. fp16 rather than bf16 because Triton's CPU interpreter computes bf16 dots on raw bit patterns
-(shared/notes/measured_facts.md) while fp16 dots are right there: the kernel that the CPU tests run is the very
-kernel the GPU runs.
+(shared/notes/measured_facts.md) while fp16 dots are right there: the kernels that the CPU tests run are the very
+kernels the GPU runs.
 
 Dequantization works on int32 words (8 fp4 codes) with two shifts and two masks per PAIR of values: nibble p and
 nibble p+4 of a word land in the two 16-bit halves as fp16 bit patterns ``sign<<15 | code&7 << 9``, which read as
 ``fp4 * 2**-14`` (the fp4 exponent field becomes the low bits of the fp16 exponent field, and fp4's subnormal 0.5
 becomes an fp16 subnormal). One fp16 multiply by ``scale * 2**7`` finishes the value. K is consumed in that
-nibble order: the p-th sub-tile of A meets the p-th sub-tile of B, so a k-tile is 8 dots over BLOCK_K/8 words
-(a permutation of the k sum, which is free since every product is exact).
+nibble order: "plane" q (0..7) holds nibble q of every word, and a k-tile is 8 dots, plane q of the weights with
+plane q of the tokens (a permutation of the k sum, which is free since every product is exact).
 
-Scheduling without a host sync: the grid is ``(cdiv(M, BLOCK_M) + G, cdiv(N, BLOCK_N))``. Each program takes
-prefix sums of the groups' tile counts ``max(cdiv(m_i, BLOCK_M), 1)`` (m_i = problem_sizes[i, 0]) to find its
-(group, m-tile);
-the sum of those counts never exceeds the grid's first extent when sum(m_i) <= M, and extra programs exit.
-Rows that no group covers are written with zeros by the program that holds tile 0 of the group before them (its
-"gap" rows [e_i + m_i, e_{i+1}) or [e_{G-1} + m_{G-1}, M), and rows [0, e_0) for group 0); every group therefore
-owns one program even when empty. This covers every uncovered row when the groups are in order and do not
-overlap (what the op's offsets are: exclusive prefix sums), without a separate memset launch.
+Two launches, no host sync:
+1. ``_dequant_a_kernel`` dequantizes the tokens once into an fp16 ``[8, M, K/8]`` plane buffer (rows no group
+   covers get zeros). The activations are small next to the weights (decode) or reused by every N tile (prefill),
+   so doing it once is cheap, and it lets the GEMM read them with plain pipelined loads: on sm_90 the MMA's
+   second operand must sit in shared memory, and dequantizing it inside the GEMM meant a register -> shared
+   store plus a CTA barrier before every dot.
+2. ``_nvfp4_gemm_kernel`` computes ``out^T = B^T A^T`` tiles: the weights fill the MMA's M side (64+ rows) and
+   are dequantized in registers straight into the MMA's register operand (never stored dequantized anywhere),
+   the tokens (16+ of them) its N side. The grid is ``((cdiv(M, BLOCK_M) + G) * cdiv(N, BLOCK_N), SPLIT_K)``;
+   each program takes prefix sums of the groups' tile counts ``max(cdiv(m_i, BLOCK_M), 1)`` to find its (group,
+   m-tile); the sum of those counts never exceeds ``cdiv(M, BLOCK_M) + G`` when sum(m_i) <= M, and extra programs
+   exit. Programs run in GROUP_M-row bands of (m-tile, n-tile) pairs so that a band's token tiles and weight tiles
+   stay in L2 while they are reused. Rows that no group covers are written with zeros by the program that holds
+   tile 0 of the group before them (its "gap" rows [e_i + m_i, e_{i+1}) or [e_{G-1} + m_{G-1}, M), and rows
+   [0, e_0) for group 0); every group owns one program even when empty. This covers every uncovered row when the
+   groups are in order and do not overlap (what the op's offsets are: exclusive prefix sums).
 
-Swap-AB (``swap_ab=True``) computes the transposed tile ``out^T = B^T A^T``: the weights then fill the MMA's
-M side (64/128 rows) and the few tokens of a decode step its N side, which suits Hopper's MMA shapes.
+Split-K (decode shapes with too few tiles to fill the GPU): SPLIT_K programs share a tile, each over a contiguous
+range of k-tiles; each stores its fp32 partial in a workspace, then bumps the tile's counter (zeroed by launch 1);
+the last one to arrive sums the SPLIT_K partials in split order (deterministic: the same bits whatever the
+arrival order) and runs the epilogue.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import warnings
 from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
 import triton
 import triton.language as tl
+from triton.compiler import CompiledKernel
+from triton.runtime import driver
 
 __all__ = ["GemmConfig", "default_config", "nvfp4_grouped_mm"]
+
+_NUM_SMS = 132  # H200; only shapes the heuristic's split-K choice
 
 
 @dataclass(frozen=True)
 class GemmConfig:
-    block_m: int  # token rows per tile (the MMA's N side when swap_ab)
-    block_n: int  # output columns (weight rows) per tile
+    block_m: int  # tokens per tile (the MMA's N side)
+    block_n: int  # output columns (weight rows) per tile (the MMA's M side)
     block_k: int  # K elements per pipeline stage; a multiple of 128 (8 dots of block_k/8 >= 16 words)
-    swap_ab: bool
+    split_k: int  # programs sharing one output tile along K
+    group_m: int  # m-tiles per band of the program order (L2 reuse)
+    predequant: bool  # dequantize the tokens to fp16 planes in a first launch (else inside the GEMM's k loop)
     num_warps: int
     num_stages: int
 
@@ -62,21 +79,21 @@ def _next_pow2(x: int) -> int:
     return 1 << max(0, (x - 1).bit_length())
 
 
+@functools.lru_cache(maxsize=256)
 def default_config(m: int, n: int, k: int, g: int) -> GemmConfig:
     """Heuristic from the static sizes only (no host sync): tokens per expert decide decode vs prefill.
 
-    Decode (<= 64 tokens per expert on average) is bound by reading the FP4 weights and by the integer work of
-    dequantizing them: one m-tile covers a group's tokens (each weight byte is read and dequantized once), the
-    weights take the MMA's M side (swap_ab), wide K tiles and 4 stages keep bytes in flight, and N tiles are 128
-    wide (fewer instructions per weight; sm_90 SASS) unless that leaves under 2 programs per SM (132 SMs).
-    Prefill is bound by the MMAs and the dequantization of both operands: 128x256 tiles dequantize each element
-    once per 128 or 256 outputs. Blind defaults until benchmarks/sweep_nvfp4_gemm.py has run on the H200."""
+    PROVISIONAL: blind defaults until benchmarks/sweep_nvfp4_gemm.py has run on the H200."""
     per_expert = -(-m // max(g, 1))
     if per_expert <= 64:
-        block_m = min(64, max(16, _next_pow2(per_expert)))
-        block_n = 128 if g * -(-n // 128) >= 264 else 64
-        return GemmConfig(block_m, block_n, 256, True, 4, 4)
-    return GemmConfig(128, 256, 128, False, 8, 3)
+        block_m = max(16, _next_pow2(per_expert))
+        block_n = 128 if g * -(-n // 128) >= 2 * _NUM_SMS else 64
+        tiles = g * -(-n // block_n)
+        split_k = 1
+        while tiles * split_k < 2 * _NUM_SMS and k // (256 * split_k) >= 4:
+            split_k *= 2
+        return GemmConfig(block_m, block_n, 256, split_k, 8, False, 4, 4)
+    return GemmConfig(128, 256, 128, 1, 8, True, 8, 4)
 
 
 _SUPPORTED_OUT = (torch.bfloat16, torch.float16)
@@ -84,16 +101,6 @@ _SUPPORTED_OUT = (torch.bfloat16, torch.float16)
 
 def _fail(msg: str):
     raise ValueError(f"nvfp4_grouped_mm: {msg}")
-
-
-def _as_words(t: torch.Tensor, name: str) -> torch.Tensor:
-    """Packed fp4 bytes (K fastest) re-viewed as int32 words of 8 codes; needs 4-byte aligned rows."""
-    b = t.view(torch.uint8)
-    if b.stride(-1) != 1:
-        _fail(f"{name} must have its packed K dimension contiguous (stride 1), got strides {tuple(b.stride())}")
-    if any(s % 4 for s in b.stride()[:-1]) or b.storage_offset() % 4 or b.data_ptr() % 4:
-        _fail(f"{name} must have 4-byte aligned rows (strides {tuple(b.stride())}, offset {b.storage_offset()})")
-    return b.view(torch.int32)
 
 
 def _check_dtype(t: torch.Tensor, name: str, dtypes, what: str):
@@ -161,6 +168,7 @@ def _validate(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, 
     return m, n, k, g
 
 
+
 def nvfp4_grouped_mm(
     mat1: torch.Tensor,
     mat2: torch.Tensor,
@@ -175,7 +183,9 @@ def nvfp4_grouped_mm(
     block_m: Optional[int] = None,
     block_n: Optional[int] = None,
     block_k: Optional[int] = None,
-    swap_ab: Optional[bool] = None,
+    split_k: Optional[int] = None,
+    group_m: Optional[int] = None,
+    predequant: Optional[bool] = None,
     num_warps: Optional[int] = None,
     num_stages: Optional[int] = None,
     out: Optional[torch.Tensor] = None,
@@ -184,49 +194,151 @@ def nvfp4_grouped_mm(
 
     Operands as ``fd.ops.cutlass_nvfp4_grouped_mm`` receives them (see the module docstring and
     ``pyfuser.nvfp4.reference.nvfp4_grouped_mm``). The keyword arguments override ``default_config``'s choice.
-    Offsets and problem sizes are read on the device only: the launch never synchronizes with the host. Offsets
+    Offsets and problem sizes are read on the device only: the launches never synchronize with the host. Offsets
     are trusted (the op layer validates them); reads of scale1 are bounded by its storage all the same (a row
     whose scales would extend past its end gets zero scales). ``out``: an optional preallocated ``[M, N]``
     result of ``out_dtype`` with unit column stride; every element of it is written (rows no group covers with
-    zeros)."""
+    zeros). Temporaries: with predequant the fp16 token planes (2*M*K bytes); with split-K an fp32 workspace and
+    a counter per output tile, kept per device and stream between calls (the kernel leaves the counters zero)."""
     out_dtype = _out_torch_dtype(out_dtype)
     m, n, k, g = _validate(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
     cfg = default_config(m, n, k, g)
-    overrides = dict(block_m=block_m, block_n=block_n, block_k=block_k, swap_ab=swap_ab, num_warps=num_warps,
-                     num_stages=num_stages)
-    cfg = replace(cfg, **{key: v for key, v in overrides.items() if v is not None})
-    if cfg.block_k % 128 or cfg.block_m < 16 or cfg.block_n < 16:
-        _fail(f"block_k must be a multiple of 128 and block_m, block_n >= 16 (tl.dot needs 16), got {cfg}")
-    for name in ("block_m", "block_n", "block_k"):
-        v = getattr(cfg, name)
-        if v & (v - 1):
-            _fail(f"{name} must be a power of two, got {v}")
+    overrides = {key: v for key, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k),
+                                        ("split_k", split_k), ("group_m", group_m), ("predequant", predequant),
+                                        ("num_warps", num_warps), ("num_stages", num_stages)) if v is not None}
+    if overrides:
+        cfg = replace(cfg, **overrides)
+        if cfg.block_k % 128 or cfg.block_m < 16 or cfg.block_n < 64 or cfg.split_k < 1 or cfg.group_m < 1:
+            _fail(f"block_k must be a multiple of 128, block_m >= 16 and block_n >= 64 (the MMA's sides), split_k "
+                  f"and group_m >= 1, got {cfg}")
+        for name in ("block_m", "block_n", "block_k"):
+            v = getattr(cfg, name)
+            if v & (v - 1):
+                _fail(f"{name} must be a power of two, got {v}")
 
+    dev = mat1.device
     if out is None:
-        out = torch.empty((m, n), dtype=out_dtype, device=mat1.device)
+        out = torch.empty((m, n), dtype=out_dtype, device=dev)
     elif (not isinstance(out, torch.Tensor) or tuple(out.shape) != (m, n) or out.dtype != out_dtype
-          or out.device != mat1.device or (n > 1 and out.stride(1) != 1)):
-        _fail(f"out must be a [{m}, {n}] {out_dtype} tensor on {mat1.device} with unit column stride")
+          or out.device != dev or (n > 1 and out.stride(1) != 1)):
+        _fail(f"out must be a [{m}, {n}] {out_dtype} tensor on {dev} with unit column stride")
     if m == 0 or n == 0:
         return out
     if g == 0:
         return out.zero_()
-    # The kernel indexes these [G] vectors with unit stride; .contiguous() is free when they already are.
-    alpha, expert_offsets, sf_offsets = alpha.contiguous(), expert_offsets.contiguous(), sf_offsets.contiguous()
-    a_words = _as_words(mat1, "mat1")  # [M, K/8]
-    b_words = _as_words(mat2.transpose(-1, -2), "mat2")  # [G, N, K/8]
+    # The kernels index these [G] vectors with unit stride.
+    if alpha.stride(0) != 1 or expert_offsets.stride(0) != 1 or sf_offsets.stride(0) != 1:
+        alpha, expert_offsets, sf_offsets = alpha.contiguous(), expert_offsets.contiguous(), sf_offsets.contiguous()
+    if mat1.data_ptr() % 4 or mat2.data_ptr() % 4:
+        _fail("mat1 and mat2 must start on a 4-byte boundary (they are read as int32 words of 8 fp4 codes)")
+    kw = k // 8
+    g_block = _next_pow2(g)
     s1_capacity = scale1.untyped_storage().nbytes() - scale1.storage_offset()  # e4m3: one byte per element
-    grid = (triton.cdiv(m, cfg.block_m) + g, triton.cdiv(n, cfg.block_n))
-    _nvfp4_grouped_mm_kernel[grid](
-        a_words, b_words, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, out,
-        m, n, k // 8, g, s1_capacity,
-        a_words.stride(0), b_words.stride(0), b_words.stride(1), scale2.stride(0), problem_sizes.stride(0),
-        out.stride(0),
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SWAP_AB=cfg.swap_ab,
-        EVEN_K=(k % cfg.block_k == 0), G_BLOCK=_next_pow2(g),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    # Both fp4 operands are contiguous (validated): as int32 words, mat1 is [M, K/8] and mat2 (a [G, N, K/2]
+    # weight passed transposed) is [G, N, K/8], with these word strides.
+    stride_am, stride_bg, stride_bn = kw, n * kw, kw
+
+    grid_m, grid_n = triton.cdiv(m, cfg.block_m) + g, triton.cdiv(n, cfg.block_n)
+    split = min(cfg.split_k, triton.cdiv(kw, cfg.block_k // 8))  # every split gets at least one k-tile
+    if split > 1:
+        counters, workspace = _split_scratch(dev, grid_m * grid_n, grid_m * grid_n * split * cfg.block_n * cfg.block_m)
+    else:
+        counters = workspace = alpha  # never touched (SPLIT_K == 1 compiles the split-K epilogue away)
+
+    if cfg.predequant:
+        a_op = torch.empty((8, m, kw), dtype=torch.float16, device=dev)
+        block_r, block_w = 16, 64
+        _launch(
+            _dequant_a_kernel, (triton.cdiv(m, block_r), triton.cdiv(kw, block_w), 1),
+            lambda: (_words(mat1), scale1, problem_sizes, expert_offsets, sf_offsets, a_op),
+            (mat1, scale1, problem_sizes, expert_offsets, sf_offsets, a_op),
+            (m, kw, g, s1_capacity, stride_am, problem_sizes.stride(0)),
+            dict(BLOCK_R=block_r, BLOCK_W=block_w, G_BLOCK=g_block), 4, 3, (dev, out_dtype),
+        )
+    else:
+        a_op = mat1
+    _launch(
+        _nvfp4_gemm_kernel, (grid_m * grid_n, split, 1),
+        lambda: (a_op if cfg.predequant else _words(mat1), scale1, _words(mat2.transpose(-1, -2)), scale2, alpha,
+                 problem_sizes, expert_offsets, sf_offsets, out, workspace, counters),
+        (a_op, scale1, mat2, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, out, workspace, counters),
+        (m, n, kw, g, s1_capacity, stride_am, stride_bg, stride_bn, scale2.stride(0), problem_sizes.stride(0),
+         out.stride(0)),
+        dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split, GROUP_M=cfg.group_m,
+             A16=cfg.predequant, EVEN_K=(kw % (cfg.block_k // 8) == 0), G_BLOCK=g_block),
+        cfg.num_warps, cfg.num_stages, (dev, out_dtype),
     )
     return out
+
+
+def _words(t: torch.Tensor) -> torch.Tensor:
+    """Packed fp4 bytes (K fastest, contiguous) re-viewed as int32 words of 8 codes."""
+    return t.view(torch.uint8).view(torch.int32)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Launching. Triton's JIT binds and specializes every argument on every call: measured on the H200's host, the
+# launcher spent ~100 us per call (GPU time of a decode-sized GEMM: ~25 us), most of it in Triton's launch path.
+# After the first launch of a specialization, later ones go straight to its compiled launcher with raw pointers,
+# keyed on everything Triton 3.x specializes runtime arguments on (pointer 16-byte alignment; integer == 1,
+# divisibility by 16, int32 range) plus the pointer dtypes (fixed by the caller's key) and the meta-parameters.
+# PYFUSER_NVFP4_FAST_LAUNCH=0 keeps every launch on the JIT path.
+
+_FAST_LAUNCH = os.environ.get("PYFUSER_NVFP4_FAST_LAUNCH", "1") != "0"
+_COMPILED: dict = {}
+_SCRATCH: dict = {}
+
+
+def _no_launch_hooks() -> bool:
+    """Profilers (proton) hook launches and need Triton's launch metadata: leave those launches to the JIT."""
+    try:
+        from triton import knobs
+
+        return not knobs.runtime.launch_enter_hook.calls and not knobs.runtime.launch_exit_hook.calls
+    except (ImportError, AttributeError):
+        return False
+
+
+def _int_spec(v: int):
+    return v == 1, v % 16 == 0, -(2**31) <= v < 2**31
+
+
+def _launch(kernel, grid, jit_tensors, ptr_tensors, ints, meta, num_warps, num_stages, key_extra):
+    """``kernel[grid](*jit_tensors(), *ints, **meta)``. ``jit_tensors`` builds the pointer arguments as tensors of
+    the kernel's dtypes (views, built only on the JIT path); ``ptr_tensors`` are tensors at the same addresses."""
+    global _FAST_LAUNCH
+    fast = _FAST_LAUNCH and ptr_tensors[0].device.type == "cuda" and _no_launch_hooks()
+    if fast:
+        ptrs = [t.data_ptr() for t in ptr_tensors]
+        key = (kernel, key_extra, num_warps, num_stages, *meta.values(),
+               *[p % 16 == 0 for p in ptrs], *map(_int_spec, ints))
+        compiled = _COMPILED.get(key)
+        if compiled is not None:
+            try:
+                stream = driver.active.get_current_stream(ptr_tensors[0].device.index)
+                compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata, None,
+                             None, None, *ptrs, *ints, *meta.values())
+                return
+            except Exception as e:  # an incompatible Triton: fall back to the JIT path for good
+                warnings.warn(f"nvfp4_grouped_mm: direct launch failed ({type(e).__name__}: {e}); using Triton's "
+                              "JIT launch path from now on")
+                _FAST_LAUNCH = False
+    compiled = kernel[grid](*jit_tensors(), *ints, **meta, num_warps=num_warps, num_stages=num_stages)
+    if fast and isinstance(compiled, CompiledKernel):
+        _COMPILED[key] = compiled
+
+
+def _split_scratch(dev, n_counters: int, n_partials: int):
+    """Zeroed tile counters and an fp32 partial workspace, kept per (device, stream): launches on one stream run
+    one after the other, and each leaves the counters zero."""
+    stream = driver.active.get_current_stream(dev.index) if dev.type == "cuda" else 0
+    counters, workspace = _SCRATCH.get((dev, stream), (None, None))
+    if counters is None or counters.numel() < n_counters:
+        counters = torch.zeros((max(n_counters, 1024),), dtype=torch.int32, device=dev)
+    if workspace is None or workspace.numel() < n_partials:
+        workspace = torch.empty((n_partials,), dtype=torch.float32, device=dev)
+    _SCRATCH[(dev, stream)] = (counters, workspace)
+    return counters, workspace
 
 
 @triton.jit
@@ -268,20 +380,75 @@ def _zero_rows(out_ptr, start, end, offs_n, n_mask, stride_om, BLOCK_M: tl.const
         tl.store(ptrs, zeros, mask=(rows < end)[:, None] & n_mask[None, :])
 
 
-# Values that tile nothing are not specialized on (Triton would otherwise compile a variant per divisibility of
-# the token count, of the group count and of scale1's size).
+
+# The token count, group count and scale1's size tile nothing: not specialized on (Triton would otherwise compile a
+# variant per divisibility of each).
 @triton.jit(do_not_specialize=["M", "G", "s1_capacity"])
-def _nvfp4_grouped_mm_kernel(
-    a_ptr, b_ptr, s1_ptr, s2_ptr, alpha_ptr, ps_ptr, eoff_ptr, sfoff_ptr, out_ptr,
+def _dequant_a_kernel(
+    a_ptr, s1_ptr, ps_ptr, eoff_ptr, sfoff_ptr, a16_ptr,
+    M, KW, G, s1_capacity, stride_am, stride_ps,
+    BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr, G_BLOCK: tl.constexpr,
+):
+    """Tokens -> fp16 planes ``a16[q, r, j] = fp4(nibble q of word j of row r) * s1 * 2**-7``; zeros for rows no
+    group covers."""
+    pid_r = tl.program_id(0)
+    pid_w = tl.program_id(1)
+
+    rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    # The group of each row: the one whose [start, start + size) holds it (groups never overlap), all G at once.
+    offs_g = tl.arange(0, G_BLOCK)
+    g_mask = offs_g < G
+    starts = tl.load(eoff_ptr + offs_g, mask=g_mask, other=0)
+    sizes = tl.load(ps_ptr + offs_g * stride_ps, mask=g_mask, other=0)
+    hit = (starts[None, :] <= rows[:, None]) & (rows[:, None] < starts[None, :] + sizes[None, :]) & g_mask[None, :]
+    grp = tl.max(tl.where(hit, offs_g[None, :], -1), axis=1)
+    covered = (grp >= 0) & (rows < M)
+    grp = tl.maximum(grp, 0)
+    lr = rows - tl.load(eoff_ptr + grp, mask=covered, other=0)  # row inside its group
+    sf = tl.load(sfoff_ptr + grp, mask=covered, other=0).to(tl.int64)
+
+    PK = KW // 2  # scale columns (a multiple of 4: K % 64 == 0)
+    s1_row = sf * PK + (lr // 128).to(tl.int64) * 128 * PK + _swizzle_row(lr)
+    # Bound scale1 reads by its storage per row (a row's last scale sits at +(PK/4-1)*512+3).
+    s1_mask = covered & (s1_row + (PK // 4 - 1) * 512 + 4 <= s1_capacity)
+    kw = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
+    k_mask = kw < KW
+    rows64 = rows.to(tl.int64)
+    w = tl.load(a_ptr + rows64[:, None] * stride_am + kw[None, :], mask=covered[:, None] & k_mask[None, :], other=0)
+    sa = _load_s1(s1_ptr, s1_row, s1_mask, pid_w * (BLOCK_W // 2) + tl.arange(0, BLOCK_W // 2), PK)
+    sa = sa.to(tl.float16) * 128.0
+    sa = tl.interleave(sa, sa)  # one scale per 16 values = 2 words
+
+    plane = M.to(tl.int64) * KW
+    dst = a16_ptr + rows64[:, None] * KW + kw[None, :]
+    st_mask = (rows < M)[:, None] & k_mask[None, :]
+    for p in tl.static_range(4):
+        lo, hi = _fp4_pair(w, sa, p)
+        tl.store(dst + p * plane, lo, mask=st_mask)
+        tl.store(dst + (p + 4) * plane, hi, mask=st_mask)
+
+
+@triton.jit(do_not_specialize=["M", "G", "s1_capacity"])
+def _nvfp4_gemm_kernel(
+    a_ptr, s1_ptr, b_ptr, s2_ptr, alpha_ptr, ps_ptr, eoff_ptr, sfoff_ptr, out_ptr, ws_ptr, cnt_ptr,
     M, N, KW, G, s1_capacity,
     stride_am, stride_bg, stride_bn, stride_s2g, stride_ps, stride_om,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SWAP_AB: tl.constexpr,
-    EVEN_K: tl.constexpr, G_BLOCK: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    GROUP_M: tl.constexpr, A16: tl.constexpr, EVEN_K: tl.constexpr, G_BLOCK: tl.constexpr,
 ):
     # KW = K/8 int32 words per row, passed rather than derived so that Triton's divisibility specialization of
     # integer arguments sees it (vectorized, unmasked-in-K loads when EVEN_K).
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
+    # A16: a_ptr holds _dequant_a_kernel's fp16 planes [8, M, KW]; otherwise the packed tokens [M, KW] (int32 words),
+    # dequantized here with their scale1 block scales.
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    num_pid_m = tl.cdiv(M, BLOCK_M) + G
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    band = GROUP_M * num_pid_n  # programs per band of GROUP_M m-tiles, m-tile fastest inside a band
+    first_m = (pid // band) * GROUP_M
+    band_m = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % band) % band_m
+    pid_n = (pid % band) // band_m
 
     # Which (group, m-tile) this program computes: prefix sums of the groups' tile counts (each group owns >= 1
     # tile), all G sizes in one vector load rather than a loop of G dependent scalar loads.
@@ -303,42 +470,50 @@ def _nvfp4_grouped_mm_kernel(
     # Rows no group covers: tile 0 of each group zeroes the gap after the group (and group 0 the rows before it).
     nxt = tl.where(grp + 1 < G, tl.load(eoff_ptr + tl.minimum(grp + 1, G - 1)), M)
     gap_start = tl.minimum(tl.maximum(e_g + m_g, 0), M)
-    gap_end = tl.where(local == 0, tl.minimum(nxt, M), gap_start)
+    gap_end = tl.where((local == 0) & (pid_k == 0), tl.minimum(nxt, M), gap_start)
     _zero_rows(out_ptr, gap_start, gap_end, offs_n, n_mask, stride_om, BLOCK_M, BLOCK_N)
-    head_end = tl.where((grp == 0) & (local == 0), tl.minimum(e_g, M), 0)
+    head_end = tl.where((grp == 0) & (local == 0) & (pid_k == 0), tl.minimum(e_g, M), 0)
     _zero_rows(out_ptr, 0, head_end, offs_n, n_mask, stride_om, BLOCK_M, BLOCK_N)
     if local * BLOCK_M >= m_g:  # an empty group's tile only zero-fills
         return
 
-    PK = KW // 2  # scale columns (a multiple of 4: K % 64 == 0)
     BKW: tl.constexpr = BLOCK_K // 8
+    PK = KW // 2  # scale columns (a multiple of 4: K % 64 == 0)
     lr = local * BLOCK_M + tl.arange(0, BLOCK_M)  # row inside the group
     rows = e_g + lr
     r_mask = (lr < m_g) & (rows < M)
-    a_row_ptr = a_ptr + rows.to(tl.int64) * stride_am
-    sf_g = tl.load(sfoff_ptr + grp).to(tl.int64)
-    s1_row = sf_g * PK + (lr // 128).to(tl.int64) * 128 * PK + _swizzle_row(lr)
-    # Bound scale1 reads by its storage per ROW (a row's last scale sits at +(PK/4-1)*512+3): an element-wise
-    # bound would make the mask vary along K, and the scale loads could no longer be vectorized and pipelined.
-    s1_mask = r_mask & (s1_row + (PK // 4 - 1) * 512 + 4 <= s1_capacity)
     b_row_ptr = b_ptr + grp.to(tl.int64) * stride_bg + offs_n.to(tl.int64) * stride_bn
     s2_row = grp.to(tl.int64) * stride_s2g + (offs_n // 128).to(tl.int64) * 128 * PK + _swizzle_row(offs_n)
 
-    offs_w = tl.arange(0, BKW)
-    if SWAP_AB:
-        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    # This split's k-tiles: a contiguous run of ceil(tiles / SPLIT_K) (the last run may be short or empty).
+    run = tl.cdiv(tl.cdiv(KW, BKW), SPLIT_K)
+    k_lo = pid_k * run * BKW
+    k_hi = tl.minimum(k_lo + run * BKW, KW)
+
+    if A16:
+        plane = M.to(tl.int64) * KW
+        a_row_ptr = a_ptr + rows.to(tl.int64) * KW
     else:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    # scale1 is prefetched one k-tile ahead by hand: at decode tiles (16 rows x BLOCK_K/16 bytes) a thread holds
-    # under 4 bytes of it, too few for the pipeliner's async copies, so it would otherwise wait on every load.
-    sa_next = _load_s1(s1_ptr, s1_row, s1_mask, tl.arange(0, BKW // 2), KW // 2)
-    for k0 in range(0, KW, BKW):
+        a_row_ptr = a_ptr + rows.to(tl.int64) * stride_am
+        sf_g = tl.load(sfoff_ptr + grp).to(tl.int64)
+        s1_row = sf_g * PK + (lr // 128).to(tl.int64) * 128 * PK + _swizzle_row(lr)
+        # Bound scale1 reads by its storage per ROW (a row's last scale sits at +(PK/4-1)*512+3): an element-wise
+        # bound would make the mask vary along K, and the scale loads could no longer be vectorized and pipelined.
+        s1_mask = r_mask & (s1_row + (PK // 4 - 1) * 512 + 4 <= s1_capacity)
+        # scale1 is prefetched one k-tile ahead by hand: at decode tiles (16 rows x BLOCK_K/16 bytes) a thread holds
+        # under 4 bytes of it, too few for the pipeliner's async copies, so it would otherwise wait on every load.
+        sa_next = _load_s1(s1_ptr, s1_row, s1_mask, k_lo // 2 + tl.arange(0, BKW // 2), PK)
+
+    offs_w = tl.arange(0, BKW)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BKW):
         kw = k0 + offs_w
         if EVEN_K:  # no mask along K, so the word loads vectorize to 16 bytes
             k_mask = tl.full((BKW,), 1, tl.int1)
         else:
             k_mask = kw < KW
-        aw = tl.load(a_row_ptr[:, None] + kw[None, :], mask=r_mask[:, None] & k_mask[None, :], other=0)
+        a_ptrs = a_row_ptr[:, None] + kw[None, :]
+        a_mask = r_mask[:, None] & k_mask[None, :]
         bw = tl.load(b_row_ptr[:, None] + kw[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0)
         # One scale per 16-element block (2 words), loaded once and then repeated per word with interleave.
         # Loading it per word instead makes the scale load's scalar layout govern the whole dequantization
@@ -348,31 +523,43 @@ def _nvfp4_grouped_mm_kernel(
         if EVEN_K:
             kb_mask = tl.full((BKW // 2,), 1, tl.int1)
         else:
-            kb_mask = kb < KW // 2
+            kb_mask = kb < PK
         s_col = (kb // 4) * 512 + kb % 4  # 4 consecutive blocks are 4 consecutive bytes
-        sa = sa_next
-        sa_next = _load_s1(s1_ptr, s1_row, s1_mask, kb + BKW // 2, KW // 2)
         sb = tl.load(s2_ptr + s2_row[:, None] + s_col[None, :], mask=n_mask[:, None] & kb_mask[None, :], other=0.0)
-        sa = sa.to(tl.float16) * 128.0
         sb = sb.to(tl.float16) * 128.0
-        sa = tl.interleave(sa, sa)
         sb = tl.interleave(sb, sb)
+        if not A16:
+            aw = tl.load(a_ptrs, mask=a_mask, other=0)
+            sa = sa_next
+            sa_next = _load_s1(s1_ptr, s1_row, s1_mask, kb + BKW // 2, PK)
+            sa = sa.to(tl.float16) * 128.0
+            sa = tl.interleave(sa, sa)
         for p in tl.static_range(4):
-            a_lo, a_hi = _fp4_pair(aw, sa, p)
-            b_lo, b_hi = _fp4_pair(bw, sb, p)
-            if SWAP_AB:
-                acc = tl.dot(b_lo, tl.trans(a_lo), acc)
-                acc = tl.dot(b_hi, tl.trans(a_hi), acc)
+            if A16:
+                a_lo = tl.load(a_ptrs + p * plane, mask=a_mask, other=0.0)
+                a_hi = tl.load(a_ptrs + (p + 4) * plane, mask=a_mask, other=0.0)
             else:
-                acc = tl.dot(a_lo, tl.trans(b_lo), acc)
-                acc = tl.dot(a_hi, tl.trans(b_hi), acc)
+                a_lo, a_hi = _fp4_pair(aw, sa, p)
+            b_lo, b_hi = _fp4_pair(bw, sb, p)
+            acc = tl.dot(b_lo, tl.trans(a_lo), acc)
+            acc = tl.dot(b_hi, tl.trans(a_hi), acc)
+
+    if SPLIT_K > 1:
+        # Publish this split's partial, count arrivals; the last to arrive reduces all of them in split order.
+        tile = pid_m * num_pid_n + pid_n
+        offs_t = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
+        ws_tile = ws_ptr + tile.to(tl.int64) * (SPLIT_K * BLOCK_N * BLOCK_M)
+        tl.store(ws_tile + pid_k * (BLOCK_N * BLOCK_M) + offs_t, acc)
+        tl.debug_barrier()  # every thread's partial is written before the (release) counter update
+        if tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu") != SPLIT_K - 1:
+            return
+        acc = tl.load(ws_tile + offs_t, cache_modifier=".cg")
+        for s in tl.static_range(1, SPLIT_K):
+            acc += tl.load(ws_tile + s * (BLOCK_N * BLOCK_M) + offs_t, cache_modifier=".cg")
+        tl.store(cnt_ptr + tile, 0)  # every split has counted: the counter is zero again for the next launch
 
     # Undo the two 2**-7 operand factors together with alpha; one rounding to the output dtype.
     scale = tl.load(alpha_ptr + grp) * 16384.0
     res = (acc * scale).to(out_ptr.dtype.element_ty)
-    if SWAP_AB:
-        ptrs = out_ptr + rows.to(tl.int64)[None, :] * stride_om + offs_n[:, None]
-        tl.store(ptrs, res, mask=n_mask[:, None] & r_mask[None, :])
-    else:
-        ptrs = out_ptr + rows.to(tl.int64)[:, None] * stride_om + offs_n[None, :]
-        tl.store(ptrs, res, mask=r_mask[:, None] & n_mask[None, :])
+    ptrs = out_ptr + rows.to(tl.int64)[None, :] * stride_om + offs_n[:, None]
+    tl.store(ptrs, res, mask=n_mask[:, None] & r_mask[None, :])
