@@ -749,3 +749,15 @@ def test_tensor_view_repr_and_queries():
         t = fd.define_tensor(shape=[-1, 1, 4], contiguity=[True, None, True])
     assert isinstance(t, TensorView) and t.ndim == 3 and repr(t) == "T0"
     assert t.static_shape() == [None, 1, 4]
+
+
+def test_define_tensor_overload3_positional():
+    """nvFuser's define_tensor(sizes, strides, dtype, static_sizes, is_cpu): the 4th positional argument is
+    static_sizes (it used to land in is_cpu)."""
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([4, 5], [5, 1], DataType.Half, True)
+        u = fd.define_tensor([4, 5], [5, 1], DataType.Half, False)
+        s = fd.define_tensor([], [], DataType.Float, False, True)
+    assert t.static_shape() == [4, 5] and not t.is_cpu
+    assert u.static_shape() == [None, None]
+    assert s.is_cpu

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import numbers
 import traceback
 from typing import Any, Optional, Sequence, Union
@@ -68,42 +69,43 @@ class FusionDefinition:
         return fusion_to_python(self._fusion)
 
     # --- inputs -----------------------------------------------------------------------------------------------
-    def define_tensor(
-        self,
-        shape: Optional[Sequence[int]] = None,
-        contiguity: Union[Sequence[Optional[bool]], bool, None] = None,
-        dtype: DataType = DataType.Float,
-        is_cpu: bool = False,
-        stride_order: Sequence[int] = (),
-        *,
-        sizes: Optional[Sequence[int]] = None,
-        strides: Optional[Sequence[int]] = None,
-        static_sizes: bool = False,
-    ) -> TensorView:
+    def define_tensor(self, *args, **kwargs) -> TensorView:
         """Three overloads, as in nvFuser:
 
         1. ``define_tensor(shape, contiguity: list[bool|None], dtype, is_cpu, stride_order)``
         2. ``define_tensor(shape, contiguity: bool=False, dtype, is_cpu, stride_order)``
         3. ``define_tensor(sizes, strides, dtype, static_sizes, is_cpu)`` (what ``from_pytorch`` uses)
 
+        Overload 3 is chosen by the keywords ``sizes``/``strides`` or by a list of ints as the second positional
+        argument; positional arguments then bind in its order (the 4th is ``static_sizes``).
         ``shape``: -1 symbolic, 1 broadcast, other values static extents checked at run time. ``contiguity``
         is listed in allocation order; None marks a broadcast (expanded when its extent is not 1).
         """
-        if sizes is not None or strides is not None:
-            if shape is not None or contiguity is not None or len(stride_order):
-                # The layout comes from the strides; a second description of it would be silently ignored.
-                raise FusionDefinitionError(
-                    "define_tensor: give either shape/contiguity/stride_order or sizes/strides, not both"
-                )
-            return self._define_from_strides(sizes, strides, dtype, static_sizes, is_cpu)
-        if shape is None:
+        second = args[1] if len(args) > 1 else kwargs.get("contiguity")
+        ints = isinstance(second, (list, tuple)) and all(
+            isinstance(c, numbers.Integral) and not isinstance(c, bool) for c in second)
+        # A 0-dim tensor's [] fits both: a bool in the 5th slot (is_cpu, not stride_order) means overload 3.
+        by_strides = "sizes" in kwargs or "strides" in kwargs or (
+            ints and (len(second) > 0 or (len(args) > 4 and isinstance(args[4], bool))))
+        if ("sizes" in kwargs or "strides" in kwargs) and ({"shape", "contiguity", "stride_order"} & kwargs.keys()):
+            # The layout comes from the strides; a second description of it would be silently ignored.
+            raise FusionDefinitionError(
+                "define_tensor: give either shape/contiguity/stride_order or sizes/strides, not both"
+            )
+        sig = _DEFINE_BY_STRIDES if by_strides else _DEFINE_BY_SHAPE
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise FusionDefinitionError(f"define_tensor: {e}") from None
+        bound.apply_defaults()
+        a = bound.arguments
+        if by_strides:
+            if a["sizes"] is None or a["strides"] is None:
+                raise FusionDefinitionError("define_tensor: both 'sizes' and 'strides' are required")
+            return self._define_from_strides(a["sizes"], a["strides"], a["dtype"], a["static_sizes"], a["is_cpu"])
+        if a["shape"] is None:
             raise FusionDefinitionError("define_tensor: 'shape' (or 'sizes' and 'strides') is required")
-        # A list of plain ints as the second positional argument is overload 3 (sizes, strides).
-        if isinstance(contiguity, (list, tuple)) and contiguity and all(
-            isinstance(c, numbers.Integral) and not isinstance(c, bool) for c in contiguity
-        ):
-            return self._define_from_strides(shape, contiguity, dtype, static_sizes, is_cpu)
-        return self._define_from_shape(shape, contiguity, dtype, is_cpu, stride_order)
+        return self._define_from_shape(a["shape"], a["contiguity"], a["dtype"], a["is_cpu"], a["stride_order"])
 
     def _check_dtype(self, dtype) -> DataType:
         if not isinstance(dtype, DataType) or dtype is DataType.Null:
@@ -328,6 +330,19 @@ class FusionDefinition:
     def segments(self):
         rt = self.last_runtime()
         return [] if rt is None else rt.segments
+
+
+def _by_shape(shape=None, contiguity=None, dtype=DataType.Float, is_cpu=False, stride_order=()):
+    pass
+
+
+def _by_strides(sizes=None, strides=None, dtype=DataType.Float, static_sizes=False, is_cpu=False):
+    pass
+
+
+# The two parameter lists of define_tensor (nvFuser's overloads 1/2 and 3), for binding its arguments.
+_DEFINE_BY_SHAPE = inspect.signature(_by_shape)
+_DEFINE_BY_STRIDES = inspect.signature(_by_strides)
 
 
 def _coerce_scalar(value, dtype: DataType):
