@@ -1,6 +1,6 @@
 """Sweep tile configs of the NVFP4 grouped GEMM (pyfuser.nvfp4.grouped_gemm) against bf16 torch._grouped_mm.
 
-Run on the GPU machine:  python benchmarks/sweep_nvfp4_gemm.py --jobs 12 --out <path>.json
+Run on the GPU machine:  python benchmarks/sweep_nvfp4_gemm.py --jobs 14 --profile --out <path>.json
 
 1. Every config is first checked against pyfuser.nvfp4.reference.nvfp4_grouped_mm on a small ragged case
    (an empty group, a group over 128 rows, K spanning several k-tiles, the same G and divisibility of N and K as
@@ -10,9 +10,14 @@ Run on the GPU machine:  python benchmarks/sweep_nvfp4_gemm.py --jobs 12 --out <
 2. Shapes: G=8 experts, K=4096, N in {2048, 14336}; decode with 1, 16 and 64 tokens per expert, prefill with
    8192 tokens (1024 per expert). For each: bf16 torch._grouped_mm on the same shape (weights stored [G, N, K]
    and passed transposed, as a Linear weight), then the heuristic's config (checked against the reference at the
-   full shape), then each candidate config. Times are medians of triton.testing.do_bench, which clears L2 between
-   runs (the decode weights would otherwise fit in the H200's L2).
-3. Prints one table per shape (time, GB/s of all operand bytes, speed-up over bf16) and the best config;
+   full shape), then each candidate config. Two times, both with L2 cleared before every call (the decode
+   weights would otherwise fit in the H200's L2): "us", the median of triton.testing.do_bench, which includes
+   whatever host time of the call the GPU cannot hide (at decode sizes the launcher's host time exceeds the
+   kernel's: measured on the H200 host, ~140 us per call through Triton's JIT launch path against ~25 us of
+   GPU time), and "gpu us", the calls queued behind a sleep kernel so that they run back to back (GPU time only).
+   --profile adds, for the heuristic's config, per-kernel GPU times from torch.profiler, the host time per call,
+   and a breakdown of the launcher's host cost (with and without grouped_gemm's direct launches).
+3. Prints one table per shape (times, GB/s of all operand bytes, speed-ups over bf16) and the best config;
    writes everything as JSON to --out (after every shape, so an interrupted run keeps what it measured).
    Targets: >= 2x bf16 at decode shapes, >= 0.5x at prefill.
    --smoke runs tiny shapes with a few configs on any device (CPU: TRITON_INTERPRET=1) to check the script.
@@ -206,7 +211,7 @@ def host_breakdown(ops) -> dict:
     dev = ops[0].device
     return {
         "validate": per_call(lambda: gg._validate(*ops)),
-        "as_words_x2": per_call(lambda: (gg._as_words(ops[0], "a"), gg._as_words(ops[1].transpose(-1, -2), "b"))),
+        "words_views_x2": per_call(lambda: (gg._words(ops[0]), gg._words(ops[1].transpose(-1, -2)))),
         "empty": per_call(lambda: torch.empty((8, 2048), dtype=torch.bfloat16, device=dev)),
         "zeros": per_call(lambda: torch.zeros((288,), dtype=torch.int32, device=dev)),
         "whole_call": per_call(lambda: nvfp4_grouped_mm(*ops, torch.bfloat16), n=50),
@@ -342,15 +347,16 @@ def main():
         best = min(timed, key=lambda r: r["us"]) if timed else None
         best_gpu = min(timed, key=lambda r: r["gpu_us"]) if timed else None
         entry = {"kind": kind, "tokens_per_expert": tpe, "M": m, "N": n, "K": K, "G": G,
-                 "bf16_grouped_mm_us": round(bf16_us, 2), "bf16_gpu_us": round(bf16_gpu_us, 2), "default_config": asdict(default),
-                 "default_matches_reference": ok_full, "default_max_rel_err": rel_full,
-                 "target_speedup": 2.0 if kind == "decode" else 0.5, "results": rows, "best": best, "best_gpu": best_gpu}
+                 "bf16_grouped_mm_us": round(bf16_us, 2), "bf16_gpu_us": round(bf16_gpu_us, 2),
+                 "default_config": asdict(default), "default_matches_reference": ok_full,
+                 "default_max_rel_err": rel_full, "target_speedup": 2.0 if kind == "decode" else 0.5,
+                 "results": rows, "best": best, "best_gpu": best_gpu}
         result["shapes"].append(entry)
 
-        print(f"\n{kind}: {tpe} tokens/expert, M={m} N={n} K={K} G={G}; bf16 _grouped_mm {bf16_us:.1f} us (GPU {bf16_gpu_us:.1f}); "
-              f"default config matches reference: {ok_full} (max rel err {rel_full:.2e})")
-        print(f"  {'BM':>4} {'BN':>4} {'BK':>4} {'split':>5} {'grp':>4} {'pre':>4} {'warps':>5} {'stages':>6} {'us':>9} "
-              f"{'GB/s':>7} {'x bf16':>7} {'gpu us':>8} {'x bf16':>7}")
+        print(f"\n{kind}: {tpe} tokens/expert, M={m} N={n} K={K} G={G}; bf16 _grouped_mm {bf16_us:.1f} us "
+              f"(GPU {bf16_gpu_us:.1f}); default config matches reference: {ok_full} (max rel err {rel_full:.2e})")
+        print(f"  {'BM':>4} {'BN':>4} {'BK':>4} {'split':>5} {'grp':>4} {'pre':>4} {'warps':>5} {'stages':>6} "
+              f"{'us':>9} {'GB/s':>7} {'x bf16':>7} {'gpu us':>8} {'x bf16':>7}")
         for r in rows:
             c = r["config"]
             mark = " <- default" if r.get("default") else ""

@@ -265,13 +265,17 @@ class _SliceOf:
 
 
 def test_default_config_heuristic():
-    one = default_config(8 * 1, 2048, 4096, 8)
-    assert one.block_m == 16 and one.split_k > 1  # 8 experts x 32 tiles of 64 columns: split K to fill 132 SMs
-    assert default_config(8 * 16, 2048, 4096, 8).block_m == 16
-    wide = default_config(8 * 64, 14336, 4096, 8)
-    assert wide.block_m == 64 and wide.split_k == 1  # 8 x 112 tiles of 128 columns are plenty
+    # The sweep's choices on the H200 (pyfuser.nvfp4.grouped_gemm.default_config's docstring).
+    for tokens in (1, 16):
+        one = default_config(8 * tokens, 2048, 4096, 8)
+        assert (one.block_m, one.block_n, one.split_k, one.predequant) == (16, 64, 2, False)  # 256 tiles: split
+        wide = default_config(8 * tokens, 14336, 4096, 8)
+        assert (wide.block_m, wide.block_n, wide.split_k) == (16, 128, 1)  # 896 tiles of 128 columns
+    assert (default_config(8 * 64, 2048, 4096, 8).block_m, default_config(8 * 64, 2048, 4096, 8).split_k) == (64, 2)
+    assert default_config(8 * 64, 14336, 4096, 8).block_n == 128
+    assert default_config(8, 2048, 256, 8).split_k == 1  # K=256 is a single k-tile
     prefill = default_config(8192, 14336, 4096, 8)
-    assert prefill.block_m >= 128 and prefill.split_k == 1
+    assert (prefill.block_m, prefill.block_n, prefill.split_k, prefill.predequant) == (128, 256, 1, True)
 
 
 def _bad(case, **changes):

@@ -21,27 +21,29 @@ becomes an fp16 subnormal). One fp16 multiply by ``scale * 2**7`` finishes the v
 nibble order: "plane" q (0..7) holds nibble q of every word, and a k-tile is 8 dots, plane q of the weights with
 plane q of the tokens (a permutation of the k sum, which is free since every product is exact).
 
-Two launches, no host sync:
-1. ``_dequant_a_kernel`` dequantizes the tokens once into an fp16 ``[8, M, K/8]`` plane buffer (rows no group
-   covers get zeros). The activations are small next to the weights (decode) or reused by every N tile (prefill),
-   so doing it once is cheap, and it lets the GEMM read them with plain pipelined loads: on sm_90 the MMA's
-   second operand must sit in shared memory, and dequantizing it inside the GEMM meant a register -> shared
-   store plus a CTA barrier before every dot.
-2. ``_nvfp4_gemm_kernel`` computes ``out^T = B^T A^T`` tiles: the weights fill the MMA's M side (64+ rows) and
-   are dequantized in registers straight into the MMA's register operand (never stored dequantized anywhere),
-   the tokens (16+ of them) its N side. The grid is ``((cdiv(M, BLOCK_M) + G) * cdiv(N, BLOCK_N), SPLIT_K)``;
-   each program takes prefix sums of the groups' tile counts ``max(cdiv(m_i, BLOCK_M), 1)`` to find its (group,
-   m-tile); the sum of those counts never exceeds ``cdiv(M, BLOCK_M) + G`` when sum(m_i) <= M, and extra programs
-   exit. Programs run in GROUP_M-row bands of (m-tile, n-tile) pairs so that a band's token tiles and weight tiles
-   stay in L2 while they are reused. Rows that no group covers are written with zeros by the program that holds
-   tile 0 of the group before them (its "gap" rows [e_i + m_i, e_{i+1}) or [e_{G-1} + m_{G-1}, M), and rows
-   [0, e_0) for group 0); every group owns one program even when empty. This covers every uncovered row when the
-   groups are in order and do not overlap (what the op's offsets are: exclusive prefix sums).
+No host sync; one launch, or two with ``predequant``:
+- ``_nvfp4_gemm_kernel`` computes ``out^T = B^T A^T`` tiles: the weights fill the MMA's M side (64+ rows) and
+  are dequantized in registers straight into the MMA's register operand (never stored dequantized anywhere),
+  the tokens (16+ of them) its N side. The grid is ``((cdiv(M, BLOCK_M) + G) * cdiv(N, BLOCK_N), SPLIT_K)``;
+  each program takes prefix sums of the groups' tile counts ``max(cdiv(m_i, BLOCK_M), 1)`` to find its (group,
+  m-tile); the sum of those counts never exceeds ``cdiv(M, BLOCK_M) + G`` when sum(m_i) <= M, and extra programs
+  exit. Programs run in GROUP_M-row bands of (m-tile, n-tile) pairs so that a band's token tiles and weight tiles
+  stay in L2 while they are reused. Rows that no group covers are written with zeros by the program that holds
+  tile 0 of the group before them (its "gap" rows [e_i + m_i, e_{i+1}) or [e_{G-1} + m_{G-1}, M), and rows
+  [0, e_0) for group 0); every group owns one program even when empty. This covers every uncovered row when the
+  groups are in order and do not overlap (what the op's offsets are: exclusive prefix sums).
+- The tokens are dequantized either inside the k loop (decode: few tokens, one launch), or (``predequant``,
+  prefill) once by ``_dequant_a_kernel`` into an fp16 ``[8, M, K/8]`` plane buffer that the GEMM then reads
+  with plain pipelined loads: on sm_90 the MMA's second operand must sit in shared memory, and dequantizing it
+  inside the GEMM costs a register -> shared store and a CTA barrier before every dot, once per weight tile.
 
 Split-K (decode shapes with too few tiles to fill the GPU): SPLIT_K programs share a tile, each over a contiguous
-range of k-tiles; each stores its fp32 partial in a workspace, then bumps the tile's counter (zeroed by launch 1);
-the last one to arrive sums the SPLIT_K partials in split order (deterministic: the same bits whatever the
-arrival order) and runs the epilogue.
+range of k-tiles; each stores its fp32 partial in a workspace, then bumps the tile's counter; the last one to
+arrive sums the SPLIT_K partials in split order (deterministic: the same bits whatever the arrival order), resets
+the counter to zero for the next launch and runs the epilogue.
+
+Host cost matters as much as GPU time at decode sizes: see ``_launch`` (cached specializations are launched
+without Triton's per-call argument binding).
 """
 
 from __future__ import annotations
@@ -83,7 +85,14 @@ def _next_pow2(x: int) -> int:
 def default_config(m: int, n: int, k: int, g: int) -> GemmConfig:
     """Heuristic from the static sizes only (no host sync): tokens per expert decide decode vs prefill.
 
-    PROVISIONAL: blind defaults until benchmarks/sweep_nvfp4_gemm.py has run on the H200."""
+    Chosen from benchmarks/sweep_nvfp4_gemm.py on the H200 (G=8, K=4096, N 2048/14336; GPU times from CUPTI):
+    - decode (<= 64 tokens per expert): one m-tile holds an expert's tokens, dequantized inside the k loop (a
+      first launch costs more than it saves at this size, and fp16 token tiles crowd shared memory), BLOCK_K 256,
+      4 warps, 4 stages. 128-wide weight tiles when that still gives >= 2 tiles per SM (N=14336: 126 us at 1 and
+      16 tokens, 197 us at 64), else 64-wide ones, and split-K until there are 2 programs per SM (N=2048: split 2,
+      24 us at 1 and 16 tokens vs 34 us unsplit; 45 us at 64 tokens).
+    - prefill: tokens dequantized once by a first launch (27 us at 8192x4096), 256 weight rows x 128 tokens per
+      tile so each weight element is dequantized once per 128 tokens, 8 warps, 4 stages (0.53-0.56x bf16)."""
     per_expert = -(-m // max(g, 1))
     if per_expert <= 64:
         block_m = max(16, _next_pow2(per_expert))
