@@ -11,19 +11,37 @@ Three launchers, each with the same contract as its pure-torch counterpart in ``
 No launcher synchronizes with the device: launch shapes depend only on m, k and g (the number of groups), never on
 the offsets' values, and ``global_scale`` is read by the kernel.
 
-Group lookup: each row finds its group e (the largest i with ``input_offsets[i] <= row``) by a branch-free binary
-search with a FIXED number of steps, ceil(log2(g)), a compile-time constant. Chosen over a loop over g because MoE
-layers have up to a few hundred experts: a loop costs g scalar loads and compares per program whatever the row
-count, the search costs log2(g) gathers from a g-entry array that stays in L1. Both need non-decreasing offsets
-(which callers guarantee; the op trusts them, like upstream). The search is the upstream scan's answer for every
-valid offsets tensor, including empty groups (equal consecutive offsets: the row goes to the last of them).
+Layout op: OUTPUT-driven. Each program owns a [rows x columns] tile of the padded, swizzled buffer (a contiguous
+range of it when the tile spans whole buffer rows), finds for every position the input element it holds (or that it
+is padding) and writes it: every byte of the buffer is written exactly once, in wide contiguous stores, so there is
+no separate zero fill. The input side is a gather, but the input is small (the scales are 1/16 of the activations)
+and each 4-column unit of a row moves as one integer load. An input-driven scatter (one program per input tile)
+writes 4 bytes of every 16 in a program and needs a memset of the whole buffer first: it ran at ~3% of copy
+bandwidth on the H200.
 
-Bounds: the layout op trusts the offsets (upstream never checks them), but these kernels still mask every write
-that would land outside the output buffer or belongs to a row before ``input_offsets[0]``, so bad offsets give
-wrong values, never memory corruption.
+Group lookups are branch-free binary searches with a FIXED number of steps, ceil(log2(g)), a compile-time
+constant: the layout op looks up each buffer row's group in ``output_offsets`` (the slabs are disjoint and in
+order, so the group is the last one starting at or before the row); the quantize kernel looks up each input row's
+group in ``input_offsets`` (the largest e with ``input_offsets[e] <= row``, the upstream scan's answer, empty groups
+included). A loop over g would cost g loads per row; MoE layers have up to a few hundred experts.
 
-fp32 division: Triton's ``/`` on fp32 compiles to the approximate ``div.full.f32`` on NVIDIA GPUs; the quantize
-kernel divides with ``tl.div_rn`` (IEEE round to nearest) so that its scales are bit-exact with torch's.
+Bounds: the offsets are trusted (upstream never checks them; the ops layer can), but every load and store stays
+inside its tensor whatever the offsets hold, so bad offsets give wrong values, never memory corruption. Input rows
+before ``input_offsets[0]`` belong to no group and are not placed.
+
+Quantize kernel, per 16-element block: the fused ops' scale math exactly as the reference does it (fp32 IEEE
+divisions with ``tl.div_rn``: Triton's plain ``/`` is the approximate ``div.full.f32`` on NVIDIA GPUs; a NaN-
+propagating block max like torch.amax). It is the per-ELEMENT work that decides the speed: the kernel is bound by
+instruction issue, not memory, unless the FP4 encoding is short. Two encodings, bit-identical on the values they
+are used for:
+- exact (``_fp4_code_exact``): the 7 rounding thresholds, correct for every fp32 value (NaN, inf, > 6);
+- fast (``_fp4_code_fast``): round-to-nearest-even on a piecewise-linear map of |v| using the fp32 adder
+  (see there), about half the instructions, correct for finite |v| < 7. A tile uses it when every block in it is
+  "tame": its fp8 scale is zero or a normal e4m3 value that did not saturate, and its multiplier is finite; then
+  |v| <= 6 * (1 + 2^-4) and nothing is NaN (see ``_quantize_tile``). Tiles with a NaN, an inf, a saturated or
+  subnormal scale take the exact path.
+bf16/f16/f32 rows with unit stride are read as pairs of elements packed in one integer (16-byte loads, the pair
+split with bit operations); other strides load element by element.
 """
 
 from __future__ import annotations
@@ -37,12 +55,23 @@ import triton.language as tl
 # constexpr: jitted code may only read globals that are constexpr (the interpreter does not enforce it).
 FLOAT4_E2M1_MAX = tl.constexpr(6.0)
 FLOAT8_E4M3_MAX = tl.constexpr(448.0)
+FLOAT8_E4M3_MIN_NORMAL = tl.constexpr(2.0**-6)
+FLOAT32_MAX = tl.constexpr(3.4028234663852886e38)
+# 1.5 * 2**23: for 0 <= y < 2**22, the fp32 sum y + MAGIC is y rounded to an integer (nearest, ties to even),
+# and that integer is the sum's bit pattern minus MAGIC's.
+RNE_MAGIC = tl.constexpr(12582912.0)
+RNE_MAGIC_BITS = tl.constexpr(0x4B400000)
 
 # Scale layouts of the quantize kernel (constexpr SCALE_LAYOUT).
 _PLAIN, _SWIZZLED, _GROUPED = 0, 1, 2
+# How the quantize kernel reads x (constexpr X_FORMAT): element by element in x's dtype, or each pair of
+# neighbouring elements as one integer (element 2j in the low half, as memory is little-endian).
+_X_ELEMENTS, _X_BF16_PAIRS, _X_F16_PAIRS, _X_F32_PAIRS = 0, 1, 2, 3
+_PAIR_FORMAT = {torch.bfloat16: _X_BF16_PAIRS, torch.float16: _X_F16_PAIRS, torch.float32: _X_F32_PAIRS}
 
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _QUANT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_INT32_LIMIT = 2**31
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -50,14 +79,15 @@ _QUANT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # ----------------------------------------------------------------------------------------------------------------
 
 @triton.jit
-def _group_of_rows(rows, in_offsets_ptr, g, LOG2_G: tl.constexpr):
-    """Largest e in [0, g) with in_offsets[e] <= row (0 when none): binary lifting with LOG2_G fixed steps."""
-    e = tl.zeros_like(rows)
+def _group_of(vals, offsets_ptr, g, LOG2_G: tl.constexpr):
+    """Largest e in [0, g) with offsets[e] <= val (0 when none), for non-decreasing offsets: binary lifting with
+    LOG2_G fixed steps."""
+    e = tl.zeros_like(vals).to(tl.int32)
     for i in tl.static_range(LOG2_G):
         cand = e + (1 << (LOG2_G - 1 - i))
         in_range = cand < g
-        start = tl.load(in_offsets_ptr + cand, mask=in_range, other=0)
-        e = tl.where(in_range & (start <= rows), cand, e)
+        start = tl.load(offsets_ptr + cand, mask=in_range, other=0)
+        e = tl.where(in_range & (start <= vals), cand, e)
     return e
 
 
@@ -78,12 +108,47 @@ def _swizzled_col_offset(cols):
 
 @triton.jit
 def _grouped_row_offsets(rows, row_ok, in_offsets_ptr, out_offsets_ptr, g, pk, LOG2_G: tl.constexpr):
-    """(row part of each row's position in the grouped scale buffer, mask of rows that have a group)."""
-    e = _group_of_rows(rows, in_offsets_ptr, g, LOG2_G)
+    """(row part of each input row's position in the grouped scale buffer, mask of rows that have a group)."""
+    e = _group_of(rows, in_offsets_ptr, g, LOG2_G)
     in_start = tl.load(in_offsets_ptr + e, mask=row_ok, other=0)
     out_start = tl.load(out_offsets_ptr + e, mask=row_ok, other=0)
     local = rows - in_start
     return _swizzled_row_offset(local, out_start, pk), row_ok & (local >= 0)
+
+
+@triton.jit
+def _buffer_sources(brow, ucol, in_offsets_ptr, out_offsets_ptr, g, m, k_units, pk_units, n_rows,
+                    GROUPED: tl.constexpr, LOG2_G: tl.constexpr, UNIT_LOG2: tl.constexpr):
+    """The swizzled buffer seen from the output side, as [n_rows, pk_units] units of 2**UNIT_LOG2 consecutive
+    elements (a unit never straddles a 4-column group, so it moves as a whole). For the units (brow[:, None],
+    ucol[None, :]) returns (input row, input unit column, holds-data mask, inside-the-buffer mask); a unit inside
+    the buffer that holds no data is padding (zero).
+
+    GROUPED: the slab of group e starts at buffer row output_offsets[e] and holds input rows
+    [input_offsets[e], input_offsets[e+1]) (m for the last group); else one group: all m rows from row 0."""
+    if GROUPED:
+        e = _group_of(brow, out_offsets_ptr, g, LOG2_G)
+        base = tl.load(out_offsets_ptr + e)
+        start = tl.load(in_offsets_ptr + e)
+        end = tl.minimum(tl.load(in_offsets_ptr + e + 1, mask=e + 1 < g, other=m), m)
+    else:
+        base = tl.zeros_like(brow)
+        start = base
+        end = base + m
+    lrow = brow - base  # row inside the group's slab; negative before the first slab
+    row_ok = (brow < n_rows) & (lrow >= 0) & (start >= 0)
+    # Inside a 128-row band of the slab, 128x4 tiles follow each other along the columns (512 elements each);
+    # inside a tile, element (a*32 + b, d) sits at b*16 + a*4 + d. Shifts and masks: the operands are >= 0
+    # wherever the result is used.
+    within = ((lrow & 127) * pk_units)[:, None] + ucol[None, :]
+    rem = within & ((512 >> UNIT_LOG2) - 1)
+    b = rem >> (4 - UNIT_LOG2)
+    a = (rem >> (2 - UNIT_LOG2)) & 3
+    src_row = (start + (lrow & -128))[:, None] + a * 32 + b
+    src_ucol = ((within >> (9 - UNIT_LOG2)) << (2 - UNIT_LOG2)) + (rem & ((4 >> UNIT_LOG2) - 1))
+    inside = (brow < n_rows)[:, None] & (ucol < pk_units)[None, :]
+    data = row_ok[:, None] & (ucol < pk_units)[None, :] & (src_row < end[:, None]) & (src_ucol < k_units)
+    return src_row, src_ucol, data, inside
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -93,50 +158,81 @@ def _grouped_row_offsets(rows, row_ok, in_offsets_ptr, out_offsets_ptr, g, pk, L
 @triton.jit
 def _layout_op_kernel(
     in_ptr, in_offsets_ptr, out_offsets_ptr, out_ptr,
-    m, k, g, stride_m, stride_k, pk, out_numel,
-    LOG2_G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+    m, k_units, g, stride_m, stride_k, pk_units, n_rows,
+    LOG2_G: tl.constexpr, UNIT_LOG2: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+    WIDE: tl.constexpr,
 ):
-    # Pointwise over the input's [m, k] domain: one [BLOCK_M, BLOCK_K] tile per program; the values move as raw
-    # bits (integer pointers), so every dtype of the right width is copied exactly.
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
-    row_ok = rows < m
-    row_off, has_group = _grouped_row_offsets(rows, row_ok, in_offsets_ptr, out_offsets_ptr, g, pk, LOG2_G)
-    dst = row_off[:, None] + _swizzled_col_offset(cols)[None, :]
-    mask = has_group[:, None] & (cols < k)[None, :] & (dst >= 0) & (dst < out_numel)
-    src = rows.to(tl.int64)[:, None] * stride_m + cols.to(tl.int64)[None, :] * stride_k
-    vals = tl.load(in_ptr + src, mask=mask)
-    tl.store(out_ptr + dst, vals, mask=mask)
+    # One [BLOCK_R, BLOCK_C] tile of the buffer (units of 2**UNIT_LOG2 elements, moved as raw integer bits, so
+    # every dtype is copied exactly); padding is written as zeros.
+    brow = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    ucol = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    if WIDE:  # int64 positions: a buffer or an input of 2**31 units or more
+        brow = brow.to(tl.int64)
+        ucol = ucol.to(tl.int64)
+    src_row, src_ucol, data, inside = _buffer_sources(
+        brow, ucol, in_offsets_ptr, out_offsets_ptr, g, m, k_units, pk_units, n_rows,
+        GROUPED=True, LOG2_G=LOG2_G, UNIT_LOG2=UNIT_LOG2)
+    vals = tl.load(in_ptr + src_row * stride_m + src_ucol * stride_k, mask=data, other=0)
+    tl.store(out_ptr + (brow * pk_units)[:, None] + ucol[None, :], vals, mask=inside)
 
 
 def layout_op(input: torch.Tensor, input_offsets: torch.Tensor, output_offsets: torch.Tensor, *,
-              block_m: int = 32, block_k: int = 64, num_warps: int = 4) -> torch.Tensor:
-    """preprocess_grouped_matmul_input_sf: scatter a row-major ``[m, k]`` scale matrix (any dtype, any strides)
-    into the zero-filled grouped, padded, 128x4-swizzled buffer of ``(m + 127*g) * roundup(k, 4)`` elements.
+              block_rows: int | None = None, block_cols: int | None = None, num_warps: int = 4) -> torch.Tensor:
+    """preprocess_grouped_matmul_input_sf: lay a row-major ``[m, k]`` scale matrix (any dtype, any strides) out in
+    the grouped, padded, 128x4-swizzled buffer of ``(m + 127*g) * roundup(k, 4)`` elements, padding zero.
 
     Returns the buffer viewed as logical ``[m, k]`` with strides ``[k, 1]`` (which do not describe the data;
-    consumers read the storage). ``block_m``/``block_k`` (powers of two) and ``num_warps`` are tuning knobs."""
+    consumers read the storage). ``block_rows`` x ``block_cols`` (powers of two) is the buffer tile of one program,
+    in rows and in units (up to 4 elements, 8 bytes, moved as one integer); None picks the default."""
     _check_device(input, "layout_op")
     if input.dim() != 2:
         raise ValueError(f"layout_op: input must be 2-D [m, k], got shape {tuple(input.shape)}")
     if input.element_size() not in _INT_OF_SIZE:
         raise TypeError(f"layout_op: unsupported input dtype {input.dtype}")
     g = _check_offsets("layout_op", input, input_offsets, output_offsets)
-    _check_block("layout_op", block_m=block_m, block_k=block_k)
+    _check_block("layout_op", block_rows=block_rows, block_cols=block_cols)
     m, k = input.shape
     pk = _round_up(k, 4)
-    numel = (m + 127 * g) * pk
+    n_rows = m + 127 * g
     bits = _INT_OF_SIZE[input.element_size()]
-    storage = torch.zeros(numel, dtype=bits, device=input.device)
-    if m > 0 and k > 0:
-        bk = min(block_k, triton.next_power_of_2(k))
-        grid = (triton.cdiv(m, block_m), triton.cdiv(k, bk))
+    storage = torch.empty(n_rows * pk, dtype=bits, device=input.device)
+    if storage.numel() > 0:
+        unit_log2 = _unit_log2(input)
+        unit = 1 << unit_log2
+        src = input.view(bits)
+        if unit > 1:
+            src = src.view(_INT_OF_SIZE[input.element_size() * unit])
+        dst = storage.view(_INT_OF_SIZE[input.element_size() * unit])
+        pk_units = pk // unit
+        bc, br = _layout_tile(pk_units, block_rows, block_cols)
+        wide = max(dst.numel(), m * abs(src.stride(0)) + k * abs(src.stride(1))) >= _INT32_LIMIT
+        grid = (_cdiv(n_rows, br), _cdiv(pk_units, bc))
         _layout_op_kernel[grid](
-            input.view(bits), input_offsets.contiguous(), output_offsets.contiguous(), storage,
-            m, k, g, input.stride(0), input.stride(1), pk, numel,
-            LOG2_G=_log2_ceil(g), BLOCK_M=block_m, BLOCK_K=bk, num_warps=num_warps,
+            src, input_offsets.contiguous(), output_offsets.contiguous(), dst,
+            m, k // unit, g, src.stride(0), src.stride(1), pk_units, n_rows,
+            LOG2_G=_log2_ceil(g), UNIT_LOG2=unit_log2, BLOCK_R=br, BLOCK_C=bc, WIDE=wide, num_warps=num_warps,
         )
     return torch.as_strided(storage.view(input.dtype), (m, k), (k, 1))
+
+
+def _unit_log2(t: torch.Tensor) -> int:
+    """log2 of the widest unit (1, 2 or 4 elements, at most 8 bytes) that the input's layout lets the layout op
+    load as one integer: unit-stride rows, k and the row stride multiples of the unit, an aligned start."""
+    m, k = t.shape
+    for ul in (2, 1):
+        u = 1 << ul
+        size = t.element_size() * u
+        if (size <= 8 and k % u == 0 and t.stride(1) == 1 and t.stride(0) % u == 0
+                and t.storage_offset() % u == 0 and t.data_ptr() % size == 0):
+            return ul
+    return 0
+
+
+def _layout_tile(pk_units: int, block_rows: int | None, block_cols: int | None) -> tuple[int, int]:
+    """(block_cols, block_rows): whole buffer rows when they are narrow (contiguous tiles), ~2048 units a tile."""
+    bc = block_cols or min(_next_pow2(pk_units), 64)
+    br = block_rows or max(2048 // bc, 1)
+    return bc, br
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -144,14 +240,30 @@ def layout_op(input: torch.Tensor, input_offsets: torch.Tensor, output_offsets: 
 # ----------------------------------------------------------------------------------------------------------------
 
 @triton.jit
-def _fp4_codes(v):
-    """FP4 E2M1 codes (uint8) of fp32 values: round to nearest, ties to the even code, saturate at 6; the sign
-    bit is the fp32 sign bit (so -0.0 gives 0x8) and NaN gives code 0 with its sign."""
+def _fp4_code_exact(v):
+    """FP4 E2M1 codes (int32, 0..15) of any fp32 values: round to nearest, ties to the even code, saturate at 6;
+    the sign bit is the fp32 sign bit (so -0.0 gives 0x8) and NaN gives code 0 with its sign. Each threshold
+    compare is false for NaN."""
     a = tl.abs(v)
-    mag = ((a > 0.25).to(tl.uint8) + (a >= 0.75).to(tl.uint8) + (a > 1.25).to(tl.uint8)
-           + (a >= 1.75).to(tl.uint8) + (a > 2.5).to(tl.uint8) + (a >= 3.5).to(tl.uint8) + (a > 5.0).to(tl.uint8))
-    sign = ((v.to(tl.uint32, bitcast=True) >> 31) << 3).to(tl.uint8)
-    return mag | sign
+    mag = ((a > 0.25).to(tl.int32) + (a >= 0.75).to(tl.int32) + (a > 1.25).to(tl.int32)
+           + (a >= 1.75).to(tl.int32) + (a > 2.5).to(tl.int32) + (a >= 3.5).to(tl.int32) + (a > 5.0).to(tl.int32))
+    return mag | ((v.to(tl.int32, bitcast=True) >> 28) & 8)
+
+
+@triton.jit
+def _fp4_code_fast(v):
+    """The same codes as ``_fp4_code_exact`` for finite |v| < 7 (not for NaN, inf or larger values).
+
+    The E2M1 magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6 are the code c where f(a) = c, with f piecewise linear:
+    f = 2a on [0, 2] (step .5), a + 2 on [2, 4] (step 1), a/2 + 4 on [4, 8) (step 2). f is concave, so it is the
+    min of the three lines, and rounding f to the nearest integer (ties to even) is exactly E2M1's
+    round-to-nearest-even (midpoints map to x.5; the even integer is the even code), and f < 7.5 for a < 7
+    gives code 7 (= 6, saturated) up to there. Rounding is monotonic, so it commutes with the min: each line is
+    rounded by adding RNE_MAGIC (a*2 and a*0.5 are exact, so a fused multiply-add gives the same sum)."""
+    a = tl.abs(v)
+    t = tl.minimum(tl.minimum(a * 2.0 + RNE_MAGIC, a + (RNE_MAGIC + 2.0)), a * 0.5 + (RNE_MAGIC + 4.0))
+    mag = t.to(tl.int32, bitcast=True) - RNE_MAGIC_BITS
+    return mag | ((v.to(tl.int32, bitcast=True) >> 28) & 8)
 
 
 @triton.jit
@@ -161,25 +273,87 @@ def _nan_max(a, b):
 
 
 @triton.jit
-def _block_quantize_kernel(
-    x_ptr, gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr,
-    M, K, g, stride_m, stride_k, scale_stride, pk, scales_numel,
-    HAS_GS: tl.constexpr, SCALE_LAYOUT: tl.constexpr, LOG2_G: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-):
-    NB: tl.constexpr = BLOCK_K // BLOCK_SIZE  # quantization blocks per program row
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
-    row_ok = rows < M
-    rows64 = rows.to(tl.int64)
+def _tile_coords(tile, k_tiles, M, K, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+                 Q: tl.constexpr, WIDE: tl.constexpr):
+    """Rows, blocks, and the [BLOCK_M, blocks, Q] pair indices and mask of tile number ``tile`` (tiles run along
+    K first). A tile past the last one has rows >= M: everything in it is masked."""
+    NB: tl.constexpr = BLOCK_K // BLOCK_SIZE
+    pid_m = tile // k_tiles
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    blocks = (tile - pid_m * k_tiles) * NB + tl.arange(0, NB)
+    rows_w = rows.to(tl.int64) if WIDE else rows
+    r3 = rows_w[:, None, None]
+    pairs = (blocks * (BLOCK_SIZE // 2))[None, :, None] + tl.arange(0, Q)[None, None, :]
     # K is a multiple of BLOCK_SIZE, so this mask covers whole quantization blocks.
-    mask = row_ok[:, None] & (cols < K)[None, :]
-    x = tl.load(x_ptr + rows64[:, None] * stride_m + cols.to(tl.int64)[None, :] * stride_k, mask=mask, other=0.0)
-    x = tl.reshape(x.to(tl.float32), (BLOCK_M, NB, BLOCK_SIZE))
+    mask = (rows < M)[:, None, None] & (blocks < K // BLOCK_SIZE)[None, :, None]
+    return rows, blocks, r3, pairs, mask
+
+
+@triton.jit
+def _load_half(x_ptr, r3, pairs, mask, stride_m, stride_k, X_FORMAT: tl.constexpr):
+    """Raw x of the pairs (2p, 2p+1): one integer per pair (pair formats; returned twice), or the two elements."""
+    if X_FORMAT == 0:
+        ptr = x_ptr + r3 * stride_m + (2 * pairs) * stride_k
+        a = tl.load(ptr, mask=mask, other=0.0)
+        b = tl.load(ptr + stride_k, mask=mask, other=0.0)
+    else:
+        a = tl.load(x_ptr + r3 * stride_m + pairs, mask=mask, other=0)
+        b = a
+    return a, b
+
+
+@triton.jit
+def _to_f32(a, b, X_FORMAT: tl.constexpr):
+    """fp32 (x[2p], x[2p+1]) from ``_load_half``'s raw data (bf16/f16/f32 pairs split with bit operations)."""
+    if X_FORMAT == 0:
+        lo = a.to(tl.float32)
+        hi = b.to(tl.float32)
+    elif X_FORMAT == 1:  # bf16 is the top half of an fp32: exact conversions by shifting and masking
+        lo = (a << 16).to(tl.float32, bitcast=True)
+        hi = (a & -65536).to(tl.float32, bitcast=True)
+    elif X_FORMAT == 2:
+        lo = a.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+        hi = (a >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    else:
+        lo = a.to(tl.int32).to(tl.float32, bitcast=True)
+        hi = (a >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+    return lo, hi
+
+
+@triton.jit
+def _pair_amax(lo, hi):
+    """NaN-propagating max |x| over the last axis (the pairs one thread holds), both elements of each pair."""
+    return tl.reduce(_nan_max(tl.abs(lo), tl.abs(hi)), 2, _nan_max)
+
+
+@triton.jit
+def _encode_store(lo, hi, mult, fast, ptrs, mask):
+    """Scale the pairs by their block's multiplier, encode both elements, pack (2j low nibble) and store."""
+    v_lo = lo * mult
+    v_hi = hi * mult
+    if fast:
+        byte = _fp4_code_fast(v_lo) | (_fp4_code_fast(v_hi) << 4)
+    else:
+        byte = _fp4_code_exact(v_lo) | (_fp4_code_exact(v_hi) << 4)
+    tl.store(ptrs, byte.to(tl.uint8), mask=mask)
+
+
+@triton.jit
+def _quantize_tile(
+    a0, b0, a1, b1, rows, blocks, r3, pairs, mask,
+    gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr, M, K, g, pk, scales_numel,
+    HAS_GS: tl.constexpr, SCALE_LAYOUT: tl.constexpr, X_FORMAT: tl.constexpr, LOG2_G: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, H: tl.constexpr, Q: tl.constexpr, WIDE: tl.constexpr,
+):
+    """Quantize one loaded tile: block scales, FP4 codes, packed data and scale stores."""
+    lo0, hi0 = _to_f32(a0, b0, X_FORMAT)
+    amax = _pair_amax(lo0, hi0)
+    if H == 2:
+        lo1, hi1 = _to_f32(a1, b1, X_FORMAT)
+        amax = _nan_max(amax, _pair_amax(lo1, hi1))
 
     # Fused-op scale: s = min(amax/6 * gs, fp32max); saturating fp8 cast (clamp to 448 first, like the
     # reference; NaN stays NaN); back to fp32; the data is multiplied by gs / fp8 scale.
-    amax = tl.reduce(tl.abs(x), 2, _nan_max)
     s = tl.div_rn(amax, tl.full(amax.shape, FLOAT4_E2M1_MAX, tl.float32))
     if HAS_GS:
         gs = tl.load(gs_ptr)
@@ -187,96 +361,214 @@ def _block_quantize_kernel(
         numer = tl.zeros_like(s) + gs
     else:
         numer = tl.full(s.shape, 1.0, tl.float32)
-    s = tl.where(s > FLOAT8_E4M3_MAX, FLOAT8_E4M3_MAX, s)  # also covers min(., fp32max); keeps NaN
-    s8 = s.to(tl.float8e4nv)
+    s8 = tl.where(s > FLOAT8_E4M3_MAX, FLOAT8_E4M3_MAX, s).to(tl.float8e4nv)  # also min(., fp32max); keeps NaN
     s32 = s8.to(tl.float32)
     # A zero fp8 scale (amax below the fp8 range) encodes the block as zeros instead of x * inf.
     zero = s32 == 0.0
     mult = tl.where(zero, 0.0, tl.div_rn(numer, tl.where(zero, 1.0, s32)))
-    v = x * mult[:, :, None]
+    # Tame block: zero multiplier (its x are finite: an inf or NaN x makes s inf or NaN, never a zero scale), or a
+    # normal unsaturated e4m3 scale (within 2^-4 of s = amax*gs/6) and a finite multiplier: then every |v| is at
+    # most 6 * (1 + 2^-4) < 7 and finite, which the fast encoding needs. Rows and blocks past the end are zeros.
+    tame = zero | ((s32 >= FLOAT8_E4M3_MIN_NORMAL) & (s <= FLOAT8_E4M3_MAX) & (mult <= FLOAT32_MAX))
+    fast = tl.min(tame.to(tl.int32)) == 1
+    mult3 = mult[:, :, None]
 
-    # Pack pairs: element 2j in the low nibble, 2j+1 in the high nibble.
-    codes = tl.reshape(_fp4_codes(v), (BLOCK_M, BLOCK_K // 2, 2))
-    lo, hi = tl.split(codes)
-    packed = lo | (hi << 4)
-    pcols = tl.program_id(1) * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
-    pmask = row_ok[:, None] & (pcols < K // 2)[None, :]
-    tl.store(packed_ptr + rows64[:, None] * (K // 2) + pcols.to(tl.int64)[None, :], packed, mask=pmask)
+    # Pack pairs: element 2j in the low nibble, 2j+1 in the high nibble; byte j of a row is pair j.
+    out = packed_ptr + r3 * (K // 2) + pairs
+    _encode_store(lo0, hi0, mult3, fast, out, mask)
+    if H == 2:
+        _encode_store(lo1, hi1, mult3, fast, out + Q, mask)
 
     # Scales, as fp8 bits, in the requested layout.
-    scols = tl.program_id(1) * NB + tl.arange(0, NB)
+    row_ok = rows < M
     bits = s8.to(tl.uint8, bitcast=True)
-    smask = row_ok[:, None] & (scols < K // BLOCK_SIZE)[None, :]
+    smask = row_ok[:, None] & (blocks < K // BLOCK_SIZE)[None, :]
     if SCALE_LAYOUT == 0:
-        dst = rows64[:, None] * scale_stride + scols.to(tl.int64)[None, :]
+        rows_w = rows.to(tl.int64) if WIDE else rows
+        dst = rows_w[:, None] * (K // BLOCK_SIZE) + blocks[None, :]
     elif SCALE_LAYOUT == 1:
-        dst = _swizzled_row_offset(rows, tl.zeros_like(rows), pk)[:, None] + _swizzled_col_offset(scols)[None, :]
+        dst = _swizzled_row_offset(rows, tl.zeros_like(rows), pk)[:, None] + _swizzled_col_offset(blocks)[None, :]
     else:
         row_off, has_group = _grouped_row_offsets(rows, row_ok, in_offsets_ptr, out_offsets_ptr, g, pk, LOG2_G)
-        dst = row_off[:, None] + _swizzled_col_offset(scols)[None, :]
+        dst = row_off[:, None] + _swizzled_col_offset(blocks)[None, :]
         smask = smask & has_group[:, None] & (dst >= 0) & (dst < scales_numel)
     tl.store(scales_ptr + dst, bits, mask=smask)
 
 
+@triton.jit
+def _quantize_tiles(
+    first_tile, x_ptr, gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr,
+    M, K, g, stride_m, stride_k, pk, scales_numel, k_tiles,
+    HAS_GS: tl.constexpr, SCALE_LAYOUT: tl.constexpr, X_FORMAT: tl.constexpr, LOG2_G: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
+    WIDE: tl.constexpr,
+):
+    """TILES consecutive tiles; the loads of tile i+1 are issued before tile i is quantized, so that they are in
+    flight while it computes (one load-compute-store tile per program leaves the memory idle during compute)."""
+    P: tl.constexpr = BLOCK_SIZE // 2  # element pairs per block
+    # A block's pairs are loaded in H loads of Q pairs along the tile's last axis (16 bytes of bf16 for Q = 4),
+    # H = 2 for 16-element blocks: both loads give the same register layout, so one thread holds the whole block
+    # and its scale math runs once per block (with one load of 8 pairs, two threads would share a block).
+    H: tl.constexpr = 2 if P >= 8 else 1
+    Q: tl.constexpr = P // H
+    rows, blocks, r3, pairs, mask = _tile_coords(first_tile, k_tiles, M, K, BLOCK_SIZE, BLOCK_M, BLOCK_K, Q, WIDE)
+    a0, b0 = _load_half(x_ptr, r3, pairs, mask, stride_m, stride_k, X_FORMAT)
+    a1, b1 = a0, b0
+    if H == 2:
+        a1, b1 = _load_half(x_ptr, r3, pairs + Q, mask, stride_m, stride_k, X_FORMAT)
+    for i in tl.static_range(TILES):
+        if i + 1 < TILES:
+            n_rows, n_blocks, n_r3, n_pairs, n_mask = _tile_coords(first_tile + i + 1, k_tiles, M, K, BLOCK_SIZE,
+                                                                   BLOCK_M, BLOCK_K, Q, WIDE)
+            n_a0, n_b0 = _load_half(x_ptr, n_r3, n_pairs, n_mask, stride_m, stride_k, X_FORMAT)
+            n_a1, n_b1 = n_a0, n_b0
+            if H == 2:
+                n_a1, n_b1 = _load_half(x_ptr, n_r3, n_pairs + Q, n_mask, stride_m, stride_k, X_FORMAT)
+        _quantize_tile(a0, b0, a1, b1, rows, blocks, r3, pairs, mask,
+                       gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr, M, K, g, pk, scales_numel,
+                       HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, H, Q, WIDE)
+        if i + 1 < TILES:
+            rows, blocks, r3, pairs, mask = n_rows, n_blocks, n_r3, n_pairs, n_mask
+            a0, b0, a1, b1 = n_a0, n_b0, n_a1, n_b1
+
+
+@triton.jit
+def _zero_padding_tile(
+    units_ptr, in_offsets_ptr, out_offsets_ptr, z, z_cols, M, nb_units, g, pk_units, n_rows,
+    GROUPED: tl.constexpr, LOG2_G: tl.constexpr, UNIT_LOG2: tl.constexpr, ZERO_R: tl.constexpr,
+    ZERO_C: tl.constexpr,
+):
+    """Zeros for the padding units of one tile of the swizzled scale buffer; the quantize tiles write the rest."""
+    brow = (z // z_cols) * ZERO_R + tl.arange(0, ZERO_R)
+    ucol = (z % z_cols) * ZERO_C + tl.arange(0, ZERO_C)
+    _, _, data, inside = _buffer_sources(brow, ucol, in_offsets_ptr, out_offsets_ptr, g, M, nb_units, pk_units,
+                                         n_rows, GROUPED=GROUPED, LOG2_G=LOG2_G, UNIT_LOG2=UNIT_LOG2)
+    zeros = tl.zeros([ZERO_R, ZERO_C], dtype=units_ptr.dtype.element_ty)
+    tl.store(units_ptr + (brow * pk_units)[:, None] + ucol[None, :], zeros, mask=inside & ~data)
+
+
+@triton.jit
+def _block_quantize_kernel(
+    x_ptr, gs_ptr, packed_ptr, scales_ptr, units_ptr, in_offsets_ptr, out_offsets_ptr,
+    M, K, g, stride_m, stride_k, pk, scales_numel, n_rows, quant_programs, k_tiles, z_cols,
+    HAS_GS: tl.constexpr, SCALE_LAYOUT: tl.constexpr, X_FORMAT: tl.constexpr, LOG2_G: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
+    WIDE: tl.constexpr, UNIT_LOG2: tl.constexpr, ZERO_R: tl.constexpr, ZERO_C: tl.constexpr,
+):
+    # Programs [0, quant_programs) quantize TILES [BLOCK_M, BLOCK_K] tiles of x each; with a padded (swizzled)
+    # scale layout, the programs after them write the padding zeros of the scale buffer, so it needs no memset.
+    pid = tl.program_id(0)
+    if SCALE_LAYOUT == 0:
+        _quantize_tiles(pid * TILES, x_ptr, gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr,
+                        M, K, g, stride_m, stride_k, pk, scales_numel, k_tiles,
+                        HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES, WIDE)
+    elif pid < quant_programs:
+        _quantize_tiles(pid * TILES, x_ptr, gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr,
+                        M, K, g, stride_m, stride_k, pk, scales_numel, k_tiles,
+                        HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES, WIDE)
+    else:
+        nb_units = (K // BLOCK_SIZE) >> UNIT_LOG2
+        _zero_padding_tile(units_ptr, in_offsets_ptr, out_offsets_ptr, pid - quant_programs, z_cols, M, nb_units,
+                           g, pk >> UNIT_LOG2, n_rows, SCALE_LAYOUT == 2, LOG2_G, UNIT_LOG2, ZERO_R, ZERO_C)
+
+
 def block_quantize(x: torch.Tensor, global_scale: torch.Tensor | None = None, swizzle: bool = False,
-                   block_size: int = 16, *, block_m: int = 32, block_k: int = 128,
-                   num_warps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+                   block_size: int = 16, *, block_m: int | None = None, block_k: int | None = None,
+                   tiles: int | None = None, num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """NVFP4 quantization in the fused ops' order (== reference.quantize_nvfp4_fused, bit-exact).
 
     Returns (packed float4_e2m1fn_x2 ``[M, K/2]``, float8_e4m3fn scales): ``[M, K/block_size]`` row-major, or with
-    ``swizzle`` the zero-padded single-group 128x4 swizzle ``[roundup(M,128), roundup(K/block_size,4)]``."""
+    ``swizzle`` the zero-padded single-group 128x4 swizzle ``[roundup(M,128), roundup(K/block_size,4)]``.
+    ``block_m``/``block_k``/``tiles``/``num_warps`` are tuning knobs (None: ``quantize_config``)."""
     M, K = _check_quant_input("block_quantize", x, global_scale, block_size)
-    _check_block("block_quantize", block_m=block_m, block_k=block_k)
+    _check_tuning("block_quantize", block_m, block_k, tiles)
     nb = K // block_size
-    if swizzle:
-        pk = _round_up(nb, 4)
-        scales = torch.zeros((_round_up(M, 128), pk), dtype=torch.uint8, device=x.device)
-        layout = _SWIZZLED
-    else:
-        pk = nb
-        scales = torch.empty((M, nb), dtype=torch.uint8, device=x.device)
-        layout = _PLAIN
+    layout, n_rows, pk = (_SWIZZLED, _round_up(M, 128), _round_up(nb, 4)) if swizzle else (_PLAIN, M, nb)
+    scales = torch.empty(n_rows * pk, dtype=torch.uint8, device=x.device)
     packed = torch.empty((M, K // 2), dtype=torch.uint8, device=x.device)
-    dummy = torch.zeros(1, dtype=torch.int32, device=x.device)  # offsets are unused outside the grouped layout
-    _launch_quantize(x, global_scale, packed, scales, dummy, dummy, 1, pk, layout, block_size,
-                     block_m, block_k, num_warps)
-    return packed.view(torch.float4_e2m1fn_x2), scales.view(torch.float8_e4m3fn)
+    dummy = _dummy_offsets(x.device)  # offsets are unused outside the grouped layout
+    _launch_quantize(x, global_scale, packed, scales, dummy, dummy, 1, pk, n_rows, layout, block_size,
+                     block_m, block_k, tiles, num_warps)
+    return packed.view(torch.float4_e2m1fn_x2), scales.view(n_rows, pk).view(torch.float8_e4m3fn)
 
 
 def grouped_block_quantize(x: torch.Tensor, input_offsets: torch.Tensor, output_offsets: torch.Tensor,
                            global_scale: torch.Tensor | None = None, block_size: int = 16, *,
-                           block_m: int = 32, block_k: int = 128,
-                           num_warps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+                           block_m: int | None = None, block_k: int | None = None, tiles: int | None = None,
+                           num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """NVFP4 quantization with the scales written straight into the layout op's grouped swizzled buffer
     (== reference.grouped_quantize_nvfp4(fused=True), bit-exact): returns (packed ``[M, K/2]``, scales as the
-    layout op returns them: logical ``[M, K/block_size]`` over a zero-filled ``(M + 127*g) * pk`` storage)."""
+    layout op returns them: logical ``[M, K/block_size]`` over a zero-padded ``(M + 127*g) * pk`` storage)."""
     M, K = _check_quant_input("grouped_block_quantize", x, global_scale, block_size)
     g = _check_offsets("grouped_block_quantize", x, input_offsets, output_offsets)
-    _check_block("grouped_block_quantize", block_m=block_m, block_k=block_k)
+    _check_tuning("grouped_block_quantize", block_m, block_k, tiles)
     nb = K // block_size
     pk = _round_up(nb, 4)
-    storage = torch.zeros((M + 127 * g) * pk, dtype=torch.uint8, device=x.device)
+    storage = torch.empty((M + 127 * g) * pk, dtype=torch.uint8, device=x.device)
     packed = torch.empty((M, K // 2), dtype=torch.uint8, device=x.device)
     _launch_quantize(x, global_scale, packed, storage, input_offsets.contiguous(), output_offsets.contiguous(), g,
-                     pk, _GROUPED, block_size, block_m, block_k, num_warps)
+                     pk, M + 127 * g, _GROUPED, block_size, block_m, block_k, tiles, num_warps)
     scales = torch.as_strided(storage.view(torch.float8_e4m3fn), (M, nb), (nb, 1))
     return packed.view(torch.float4_e2m1fn_x2), scales
 
 
-def _launch_quantize(x, global_scale, packed, scales, in_offsets, out_offsets, g, pk, layout, block_size,
-                     block_m, block_k, num_warps):
+def quantize_config(M: int, K: int, block_size: int = 16) -> tuple[int, int, int, int]:
+    """Default (block_m, block_k, tiles, num_warps) of the quantize kernel: measured on the H200 with
+    benchmarks/sweep_nvfp4_layout.py (bf16 [16384, 4096] and [128, 4096])."""
+    return 8, 512, 2, 4
+
+
+def _launch_quantize(x, global_scale, packed, scales, in_offsets, out_offsets, g, pk, n_rows, layout, block_size,
+                     block_m, block_k, tiles, num_warps):
+    """One launch: the quantize programs, then (padded layouts) the programs that zero the scale buffer's
+    padding. ``scales`` is the flat uint8 scale storage ([M, nb] row-major, or the [n_rows, pk] swizzled buffer).
+    Host work is kept small: at decode sizes it, not the GPU, sets the time of a call."""
     M, K = x.shape
-    if M == 0 or K == 0:
+    dm, dk, dt, dw = quantize_config(M, K, block_size)
+    bm, tiles, num_warps = block_m or dm, tiles or dt, num_warps or dw
+    bk = max(block_size, min(block_k or dk, _next_pow2(K)))
+    k_tiles = max(_cdiv(K, bk), 1)
+    quant_programs = _cdiv(_cdiv(M, bm) * k_tiles, tiles) if K > 0 else 0
+    zero_programs = z_cols = 0
+    unit_log2, zr, zc, units = 0, 1, 1, scales
+    if layout != _PLAIN and pk > 0:
+        # Padding zeros in 4-byte units when whole (K/block_size a multiple of 4: a unit must not cover scales).
+        if (K // block_size) % 4 == 0:
+            unit_log2, units = 2, scales.view(torch.int32)
+        pk_units = pk >> unit_log2
+        zc = min(_next_pow2(pk_units), 64)
+        zr = max(2048 // zc, 1)
+        z_cols = _cdiv(pk_units, zc)
+        zero_programs = _cdiv(n_rows, zr) * z_cols
+    if quant_programs + zero_programs == 0:
         return
-    bk = max(block_size, min(block_k, triton.next_power_of_2(K)))
-    grid = (triton.cdiv(M, block_m), triton.cdiv(K, bk))
+    # The pair formats read x as integers of twice its element size: unit-stride rows and aligned pairs.
+    x_format, xs = _X_ELEMENTS, x
+    if (x.stride(1) == 1 and x.stride(0) % 2 == 0 and x.storage_offset() % 2 == 0
+            and x.data_ptr() % (2 * x.element_size()) == 0):
+        x_format, xs = _PAIR_FORMAT[x.dtype], x.view(_INT_OF_SIZE[2 * x.element_size()])
+    wide = (M * abs(xs.stride(0)) + K * abs(xs.stride(1)) >= _INT32_LIMIT or packed.numel() >= _INT32_LIMIT
+            or scales.numel() >= _INT32_LIMIT)
     gs = global_scale if global_scale is not None else packed  # any pointer; unread when HAS_GS is False
-    _block_quantize_kernel[grid](
-        x, gs, packed, scales, in_offsets, out_offsets,
-        M, K, g, x.stride(0), x.stride(1), scales.stride(0), pk, scales.numel(),
-        HAS_GS=global_scale is not None, SCALE_LAYOUT=layout, LOG2_G=_log2_ceil(g),
-        BLOCK_SIZE=block_size, BLOCK_M=block_m, BLOCK_K=bk, num_warps=num_warps,
+    _block_quantize_kernel[(quant_programs + zero_programs,)](
+        xs, gs, packed, scales, units, in_offsets, out_offsets,
+        M, K, g, xs.stride(0), xs.stride(1), pk, scales.numel(), n_rows, quant_programs, k_tiles, max(z_cols, 1),
+        HAS_GS=global_scale is not None, SCALE_LAYOUT=layout, X_FORMAT=x_format, LOG2_G=_log2_ceil(g),
+        BLOCK_SIZE=block_size, BLOCK_M=bm, BLOCK_K=bk, TILES=tiles, WIDE=wide, UNIT_LOG2=unit_log2, ZERO_R=zr,
+        ZERO_C=zc, num_warps=num_warps,
     )
+
+
+_DUMMY_OFFSETS: dict = {}
+
+
+def _dummy_offsets(device: torch.device) -> torch.Tensor:
+    """A one-entry int32 tensor on ``device`` for the offsets the non-grouped layouts never read (allocated once:
+    a fresh torch.zeros would cost a fill kernel on every call)."""
+    t = _DUMMY_OFFSETS.get(device)
+    if t is None:
+        t = _DUMMY_OFFSETS[device] = torch.zeros(1, dtype=torch.int32, device=device)
+    return t
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -329,10 +621,28 @@ def _check_quant_input(who: str, x: torch.Tensor, global_scale, block_size: int)
     return M, K
 
 
-def _check_block(who: str, **blocks: int) -> None:
+def _check_block(who: str, **blocks) -> None:
     for name, b in blocks.items():
+        if b is None:
+            continue
         if not isinstance(b, int) or b < 1 or b & (b - 1):
             raise ValueError(f"{who}: {name} must be a power of two, got {b}")
+
+
+def _check_tuning(who: str, block_m, block_k, tiles) -> None:
+    _check_block(who, block_m=block_m, block_k=block_k)
+    if tiles is not None and (not isinstance(tiles, int) or tiles < 1):
+        raise ValueError(f"{who}: tiles must be a positive int, got {tiles}")
+
+
+# Plain-int versions of triton.cdiv / triton.next_power_of_2, which are Triton constexpr functions costing
+# microseconds per call on the host.
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
 
 
 def _round_up(n: int, mult: int) -> int:
