@@ -55,6 +55,32 @@ def assert_layout_equal(out, expected, g):
     assert torch.equal(buffer_bits(out, g), buffer_bits(expected, g))
 
 
+def on_cpu(*args):
+    return [a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def fused_reference(x, global_scale=None, block_size=16):
+    """reference.quantize_nvfp4_fused evaluated on the CPU, results moved back to x's device.
+
+    The fused ops' scale is RN(RN(amax / 6) * gs): an IEEE division. The reference writes ``amax / 6.0`` (a Python
+    float), and torch's CUDA kernel for ``tensor / python_scalar`` multiplies by the fp32 reciprocal instead, which
+    differs by one ulp for some amax; at an e4m3 midpoint that changes the scale (with gs = 3 and bf16 data, in 39%
+    of the runs of the non-contiguous test on the H200). On the CPU the division is exact, so the oracle computes
+    what it documents on every machine (test_block_scale_is_an_ieee_division_by_6 pins the kernel's side by hand).
+    No data here has NaN values, whose sign after arithmetic differs between CPU and GPU."""
+    packed, scales = ref.quantize_nvfp4_fused(*on_cpu(x, global_scale), block_size)
+    return packed.to(x.device), scales.to(x.device)
+
+
+def grouped_reference(x, input_offsets, output_offsets, global_scale=None, block_size=16):
+    """reference.grouped_quantize_nvfp4(fused=True) evaluated on the CPU (see fused_reference)."""
+    packed, scales = ref.grouped_quantize_nvfp4(*on_cpu(x, input_offsets, output_offsets, global_scale), block_size,
+                                                fused=True)
+    m, nb = scales.shape
+    storage = torch.as_strided(scales, (scales.untyped_storage().nbytes(),), (1,)).to(x.device)
+    return packed.to(x.device), torch.as_strided(storage, (m, nb), (nb, 1))
+
+
 def with_layout(layout, shape, dtype):
     if layout == "transposed":
         return transposed(shape, dtype)
@@ -147,7 +173,7 @@ def test_wide_positions(monkeypatch):
                         len(tokens))
     xq = special_values(sum(tokens), 64, torch.bfloat16)
     packed, scales = lk.grouped_block_quantize(xq, in_off, out_off)
-    ref_packed, ref_scales = ref.grouped_quantize_nvfp4(xq, in_off, out_off, fused=True)
+    ref_packed, ref_scales = grouped_reference(xq, in_off, out_off)
     assert torch.equal(packed.view(torch.uint8), ref_packed.view(torch.uint8))
     assert_layout_equal(scales, ref_scales, len(tokens))
 
@@ -266,7 +292,7 @@ def test_block_quantize_matches_reference(shape, dtype, gs, swizzle):
     x = special_values(*shape, dtype)
     gs_t = None if gs is None else torch.tensor(gs, dtype=torch.float32, device=DEVICE)
     packed, scales = lk.block_quantize(x, gs_t, swizzle=swizzle)
-    ref_packed, ref_scales = ref.quantize_nvfp4_fused(x, gs_t)
+    ref_packed, ref_scales = fused_reference(x, gs_t)
     if swizzle:
         ref_scales = ref.linear_to_swizzled_128_4(ref_scales)
     assert packed.dtype == torch.float4_e2m1fn_x2 and packed.shape == (shape[0], shape[1] // 2)
@@ -283,7 +309,7 @@ def test_block_quantize_non_contiguous(layout, dtype):
     assert not x.is_contiguous()
     gs = torch.tensor(3.0, device=DEVICE)
     packed, scales = lk.block_quantize(x, gs)
-    ref_packed, ref_scales = ref.quantize_nvfp4_fused(x, gs)
+    ref_packed, ref_scales = fused_reference(x, gs)
     assert torch.equal(packed.view(torch.uint8), ref_packed.view(torch.uint8))
     assert torch.equal(scales.view(torch.uint8), ref_scales.view(torch.uint8))
 
@@ -293,7 +319,7 @@ def test_block_quantize_block_and_tile_sizes(block_size, block_k, tiles):
     # tiles: consecutive tiles per program (the last program's may lie past the end: masked).
     x = special_values(9, 96, torch.float32)
     packed, scales = lk.block_quantize(x, None, block_size=block_size, block_m=4, block_k=block_k, tiles=tiles)
-    ref_packed, ref_scales = ref.quantize_nvfp4_fused(x, None, block_size)
+    ref_packed, ref_scales = fused_reference(x, None, block_size)
     assert torch.equal(packed.view(torch.uint8), ref_packed.view(torch.uint8))
     assert torch.equal(scales.view(torch.uint8), ref_scales.view(torch.uint8))
 
@@ -304,7 +330,7 @@ def test_block_quantize_nan_block_has_a_nan_scale():
     x = make((2, 32))
     x[1, 20] = float("nan")
     packed, scales = lk.block_quantize(x)
-    ref_packed, ref_scales = ref.quantize_nvfp4_fused(x)
+    ref_packed, ref_scales = fused_reference(x)
     assert torch.equal(scales.view(torch.uint8), ref_scales.view(torch.uint8))
     assert scales.float()[1, 1].isnan() and not scales.float()[1, 0].isnan()
     codes = ref.unpack_fp4(packed)
@@ -394,7 +420,7 @@ def test_fast_and_exact_tiles(dtype):
     for data in (x, poisoned):
         data = data.to(dtype).to(DEVICE)
         packed, scales = lk.block_quantize(data, block_m=8, block_k=64)
-        ref_packed, ref_scales = ref.quantize_nvfp4_fused(data)
+        ref_packed, ref_scales = fused_reference(data)
         assert torch.equal(scales.view(torch.uint8), ref_scales.view(torch.uint8))
         assert torch.equal(packed.view(torch.uint8), ref_packed.view(torch.uint8))
 
@@ -415,7 +441,7 @@ def test_grouped_block_quantize_matches_reference(case, dtype, gs):
     gs_t = None if gs is None else torch.tensor(gs, dtype=torch.float32, device=DEVICE)
     in_off, out_off = offsets(tokens)
     packed, scales = lk.grouped_block_quantize(x, in_off, out_off, gs_t)
-    ref_packed, ref_scales = ref.grouped_quantize_nvfp4(x, in_off, out_off, gs_t, fused=True)
+    ref_packed, ref_scales = grouped_reference(x, in_off, out_off, gs_t)
     assert torch.equal(packed.view(torch.uint8), ref_packed.view(torch.uint8))
     assert_layout_equal(scales, ref_scales, len(tokens))
 
@@ -425,7 +451,7 @@ def test_grouped_block_quantize_non_contiguous_and_small_tiles():
     x = transposed((sum(tokens), 64), torch.bfloat16)
     in_off, out_off = offsets(tokens)
     packed, scales = lk.grouped_block_quantize(x, in_off, out_off, block_m=16, block_k=32, tiles=3)
-    ref_packed, ref_scales = ref.grouped_quantize_nvfp4(x, in_off, out_off, fused=True)
+    ref_packed, ref_scales = grouped_reference(x, in_off, out_off)
     assert torch.equal(packed.view(torch.uint8), ref_packed.view(torch.uint8))
     assert_layout_equal(scales, ref_scales, len(tokens))
 
@@ -439,7 +465,7 @@ def test_grouped_block_quantize_unaligned_offsets_and_gaps(k):
     in_off = offsets(tokens)[0]
     out_off = torch.tensor([3, 140, 300], dtype=torch.int32, device=DEVICE)
     packed, scales = lk.grouped_block_quantize(x, in_off, out_off)
-    ref_packed, ref_scales = ref.grouped_quantize_nvfp4(x, in_off, out_off, fused=True)
+    ref_packed, ref_scales = grouped_reference(x, in_off, out_off)
     assert torch.equal(packed.view(torch.uint8), ref_packed.view(torch.uint8))
     assert_layout_equal(scales, ref_scales, len(tokens))
 
