@@ -575,8 +575,8 @@ COMPILE = textwrap.dedent(
                "BLOCK_SIZE": "constexpr", "BLOCK_M": "constexpr", "BLOCK_K": "constexpr", "TILES": "constexpr",
                "WIDE": "constexpr", "UNIT_LOG2": "constexpr", "ZERO_R": "constexpr", "ZERO_C": "constexpr"}
         consts = {"HAS_GS": has_gs, "SCALE_LAYOUT": layout, "X_FORMAT": fmt, "LOG2_G": 2, "BLOCK_SIZE": 16,
-                  "BLOCK_M": 8, "BLOCK_K": 512, "TILES": 2, "WIDE": wide, "UNIT_LOG2": 2, "ZERO_R": 32, "ZERO_C": 64}
-        ptx = compile_ptx(lk._block_quantize_kernel, sig, consts)
+                  "BLOCK_M": 4, "BLOCK_K": 512, "TILES": 2, "WIDE": wide, "UNIT_LOG2": 2, "ZERO_R": 32, "ZERO_C": 64}
+        ptx = compile_ptx(lk._block_quantize_kernel, sig, consts, num_warps=2)
         report[f"quantize-{xdtype}-{layout}-{fmt}"] = sorted(
             set(re.findall(r"\\b(div\\.[a-z0-9.]+|max\\.[A-Za-z0-9.]+)", ptx)))
     print(json.dumps(report))
