@@ -374,6 +374,7 @@ def test_offsets_definition_errors():
 
 @pytest.mark.parametrize("starts, outs, match", [
     ([0, 5, 2], [0, 128, 256], "non-decreasing"),
+    ([1, 2, 5], [0, 128, 256], "must start at 0"),
     ([0, 2, 11], [0, 128, 256], r"in \[0, 10\]"),
     ([0, 2, 5], [0, 100, 256], "overlap: group 1 starts at row 100"),
     ([0, 2, 5], [0, 128, 300], "need 428 block-scale rows"),

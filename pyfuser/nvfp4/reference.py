@@ -139,6 +139,13 @@ def _to_e4m3(s: torch.Tensor) -> torch.Tensor:
     return s.clamp(-FLOAT8_E4M3_MAX, FLOAT8_E4M3_MAX).to(torch.float8_e4m3fn)
 
 
+def _fp4_max(device) -> torch.Tensor:
+    """6.0 as a 0-dim tensor: CUDA torch computes ``tensor / python_float`` as a multiplication by the fp32
+    reciprocal, one ulp off an IEEE division for some values (enough to move an e4m3 scale across a rounding
+    midpoint); dividing by a tensor is a true division on every device, as in the spec and the kernels."""
+    return torch.tensor(FLOAT4_E2M1_MAX, dtype=torch.float32, device=device)
+
+
 def quantize_nvfp4(
     x: torch.Tensor, global_scale: GlobalScale = None, block_size: int = 16
 ) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -157,7 +164,7 @@ def quantize_nvfp4(
     """
     blocks = _blocks(x, block_size, "quantize_nvfp4")
     gs = _global_scale_tensor(global_scale, x.device, "quantize_nvfp4")
-    s_g = (blocks.abs().amax(dim=-1) / FLOAT4_E2M1_MAX) * gs
+    s_g = (blocks.abs().amax(dim=-1) / _fp4_max(x.device)) * gs
     s_g = s_g.clamp(FLOAT8_E4M3_EPS, FLOAT8_E4M3_MAX)
     scales = s_g.to(torch.float8_e4m3fn)  # already inside [-448, 448]: torch's cast cannot overflow here
     data = (blocks / (s_g / gs).unsqueeze(-1)).clamp(-FLOAT4_E2M1_MAX, FLOAT4_E2M1_MAX)
@@ -181,7 +188,7 @@ def quantize_nvfp4_fused(
     """
     blocks = _blocks(x, block_size, "quantize_nvfp4_fused")
     gs = _global_scale_tensor(global_scale, x.device, "quantize_nvfp4_fused")
-    s_g = torch.clamp_max((blocks.abs().amax(dim=-1) / FLOAT4_E2M1_MAX) * gs, FLOAT32_MAX)
+    s_g = torch.clamp_max((blocks.abs().amax(dim=-1) / _fp4_max(x.device)) * gs, FLOAT32_MAX)
     scales = _to_e4m3(s_g)
     scale_f = scales.to(torch.float32)
     r = torch.where(scale_f == 0, torch.zeros_like(scale_f), gs / scale_f)

@@ -137,10 +137,17 @@ def _check_offset_tensors(op: str, input_offsets: torch.Tensor, output_offsets: 
         raise FusionExecutionError(f"fd.ops.{op}: the offsets are empty (at least one group is needed)")
 
 
-def _check_offset_values(op: str, m: int, starts: list[int], outs: Optional[list[int]]) -> None:
-    """Start offsets: input offsets non-decreasing within [0, m]; each group's padded block-scale rows
-    [out[i], out[i] + roundup(rows_i, 128)) disjoint and inside the (m + 127*g)-row buffer."""
+def _check_offset_values(op: str, m: int, starts: list[int], outs: Optional[list[int]],
+                         every_row: bool = True) -> None:
+    """Start offsets: input offsets non-decreasing within [0, m] (starting at 0 when ``every_row`` is placed
+    somewhere, as in the layout op); each group's padded block-scale rows [out[i], out[i] + roundup(rows_i, 128))
+    disjoint and inside the (m + 127*g)-row buffer."""
     g = len(starts)
+    if every_row and starts[0] != 0:
+        raise FusionExecutionError(
+            f"fd.ops.{op}: input_offsets must start at 0 (rows before the first group have no place in the "
+            f"layout), got {starts}"
+        )
     if starts[0] < 0 or any(b < a for a, b in zip(starts, starts[1:])) or starts[-1] > m:
         raise FusionExecutionError(
             f"fd.ops.{op}: input_offsets must be non-decreasing start rows in [0, {m}], got {starts}"
@@ -342,7 +349,7 @@ def _check_gemm(op, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_off
     if not run_options().offset_checks:
         return
     starts, sf, ps = _host_ints(expert_offsets, sf_offsets, problem_sizes)
-    _check_offset_values(op, m, starts, sf)
+    _check_offset_values(op, m, starts, sf, every_row=False)  # rows before the first group stay zero
     sizes = [b - a for a, b in zip(starts, starts[1:] + [m])]
     want = [[r, n, k] for r in sizes]
     got = [ps[3 * i:3 * i + 3] for i in range(g)]
