@@ -221,13 +221,13 @@ def host_breakdown(ops) -> dict:
 
 
 def _without_fast_launch(f):
-    from pyfuser.nvfp4 import grouped_gemm as gg
+    from pyfuser.nvfp4 import launch
 
-    saved, gg._FAST_LAUNCH = gg._FAST_LAUNCH, False
+    saved, launch._FAST_LAUNCH = launch._FAST_LAUNCH, False
     try:
         return f()
     finally:
-        gg._FAST_LAUNCH = saved
+        launch._FAST_LAUNCH = saved
 
 
 def _baseline_fn(path):

@@ -42,7 +42,7 @@ range of k-tiles; each stores its fp32 partial in a workspace, then bumps the ti
 arrive sums the SPLIT_K partials in split order (deterministic: the same bits whatever the arrival order), resets
 the counter to zero for the next launch and runs the epilogue.
 
-Host cost matters as much as GPU time at decode sizes: see ``_launch`` (cached specializations are launched
+Host cost matters as much as GPU time at decode sizes: see ``pyfuser/nvfp4/launch.py`` (cached specializations are launched
 without Triton's per-call argument binding).
 """
 
@@ -50,15 +50,15 @@ from __future__ import annotations
 
 import functools
 import os
-import warnings
 from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
 import triton
 import triton.language as tl
-from triton.compiler import CompiledKernel
 from triton.runtime import driver
+
+from .launch import launch
 
 __all__ = ["GemmConfig", "default_config", "nvfp4_grouped_mm"]
 
@@ -257,25 +257,25 @@ def nvfp4_grouped_mm(
     if cfg.predequant:
         a_op = torch.empty((8, m, kw), dtype=torch.float16, device=dev)
         block_r, block_w = 16, 64
-        _launch(
+        launch(
             _dequant_a_kernel, (triton.cdiv(m, block_r), triton.cdiv(kw, block_w), 1),
-            lambda: (_words(mat1), scale1, problem_sizes, expert_offsets, sf_offsets, a_op),
             (mat1, scale1, problem_sizes, expert_offsets, sf_offsets, a_op),
             (m, kw, g, s1_capacity, stride_am, problem_sizes.stride(0)),
-            dict(BLOCK_R=block_r, BLOCK_W=block_w, G_BLOCK=g_block), 4, 3, (dev, out_dtype),
+            dict(BLOCK_R=block_r, BLOCK_W=block_w, G_BLOCK=g_block), 4, 3,
+            jit_tensors=lambda: (_words(mat1), scale1, problem_sizes, expert_offsets, sf_offsets, a_op),
         )
     else:
         a_op = mat1
-    _launch(
+    launch(
         _nvfp4_gemm_kernel, (grid_m * grid_n, split, 1),
-        lambda: (a_op if cfg.predequant else _words(mat1), scale1, _words(mat2.transpose(-1, -2)), scale2, alpha,
-                 problem_sizes, expert_offsets, sf_offsets, out, workspace, counters),
         (a_op, scale1, mat2, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, out, workspace, counters),
         (m, n, kw, g, s1_capacity, stride_am, stride_bg, stride_bn, scale2.stride(0), problem_sizes.stride(0),
          out.stride(0)),
         dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split, GROUP_M=cfg.group_m,
              A16=cfg.predequant, EVEN_K=(kw % (cfg.block_k // 8) == 0), G_BLOCK=g_block),
-        cfg.num_warps, cfg.num_stages, (dev, out_dtype),
+        cfg.num_warps, cfg.num_stages,
+        jit_tensors=lambda: (a_op if cfg.predequant else _words(mat1), scale1, _words(mat2.transpose(-1, -2)),
+                             scale2, alpha, problem_sizes, expert_offsets, sf_offsets, out, workspace, counters),
     )
     return out
 
@@ -285,56 +285,7 @@ def _words(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.uint8).view(torch.int32)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Launching. Triton's JIT binds and specializes every argument on every call: measured on the H200's host, the
-# launcher spent ~100 us per call (GPU time of a decode-sized GEMM: ~25 us), most of it in Triton's launch path.
-# After the first launch of a specialization, later ones go straight to its compiled launcher with raw pointers,
-# keyed on everything Triton 3.x specializes runtime arguments on (pointer 16-byte alignment; integer == 1,
-# divisibility by 16, int32 range) plus the pointer dtypes (fixed by the caller's key) and the meta-parameters.
-# PYFUSER_NVFP4_FAST_LAUNCH=0 keeps every launch on the JIT path.
-
-_FAST_LAUNCH = os.environ.get("PYFUSER_NVFP4_FAST_LAUNCH", "1") != "0"
-_COMPILED: dict = {}
 _SCRATCH: dict = {}
-
-
-def _no_launch_hooks() -> bool:
-    """Profilers (proton) hook launches and need Triton's launch metadata: leave those launches to the JIT."""
-    try:
-        from triton import knobs
-
-        return not knobs.runtime.launch_enter_hook.calls and not knobs.runtime.launch_exit_hook.calls
-    except (ImportError, AttributeError):
-        return False
-
-
-def _int_spec(v: int):
-    return v == 1, v % 16 == 0, -(2**31) <= v < 2**31
-
-
-def _launch(kernel, grid, jit_tensors, ptr_tensors, ints, meta, num_warps, num_stages, key_extra):
-    """``kernel[grid](*jit_tensors(), *ints, **meta)``. ``jit_tensors`` builds the pointer arguments as tensors of
-    the kernel's dtypes (views, built only on the JIT path); ``ptr_tensors`` are tensors at the same addresses."""
-    global _FAST_LAUNCH
-    fast = _FAST_LAUNCH and ptr_tensors[0].device.type == "cuda" and _no_launch_hooks()
-    if fast:
-        ptrs = [t.data_ptr() for t in ptr_tensors]
-        key = (kernel, key_extra, num_warps, num_stages, *meta.values(),
-               *[p % 16 == 0 for p in ptrs], *map(_int_spec, ints))
-        compiled = _COMPILED.get(key)
-        if compiled is not None:
-            try:
-                stream = driver.active.get_current_stream(ptr_tensors[0].device.index)
-                compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata, None,
-                             None, None, *ptrs, *ints, *meta.values())
-                return
-            except Exception as e:  # an incompatible Triton: fall back to the JIT path for good
-                warnings.warn(f"nvfp4_grouped_mm: direct launch failed ({type(e).__name__}: {e}); using Triton's "
-                              "JIT launch path from now on")
-                _FAST_LAUNCH = False
-    compiled = kernel[grid](*jit_tensors(), *ints, **meta, num_warps=num_warps, num_stages=num_stages)
-    if fast and isinstance(compiled, CompiledKernel):
-        _COMPILED[key] = compiled
 
 
 def _split_scratch(dev, n_counters: int, n_partials: int):

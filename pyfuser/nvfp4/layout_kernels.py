@@ -55,6 +55,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import launch
+
 # constexpr: jitted code may only read globals that are constexpr (the interpreter does not enforce it).
 FLOAT4_E2M1_MAX = tl.constexpr(6.0)
 FLOAT8_E4M3_MAX = tl.constexpr(448.0)
@@ -210,10 +212,10 @@ def layout_op(input: torch.Tensor, input_offsets: torch.Tensor, output_offsets: 
         bc, br = _layout_tile(pk_units, block_rows, block_cols)
         wide = max(dst.numel(), m * abs(src.stride(0)) + k * abs(src.stride(1))) >= _INT32_LIMIT
         grid = (_cdiv(n_rows, br), _cdiv(pk_units, bc))
-        _layout_op_kernel[grid](
-            src, input_offsets.contiguous(), output_offsets.contiguous(), dst,
-            m, k // unit, g, src.stride(0), src.stride(1), pk_units, n_rows,
-            LOG2_G=_log2_ceil(g), UNIT_LOG2=unit_log2, BLOCK_R=br, BLOCK_C=bc, WIDE=wide, num_warps=num_warps,
+        launch(
+            _layout_op_kernel, grid, (src, input_offsets.contiguous(), output_offsets.contiguous(), dst),
+            (m, k // unit, g, src.stride(0), src.stride(1), pk_units, n_rows),
+            dict(LOG2_G=_log2_ceil(g), UNIT_LOG2=unit_log2, BLOCK_R=br, BLOCK_C=bc, WIDE=wide), num_warps,
         )
     return torch.as_strided(storage.view(input.dtype), (m, k), (k, 1))
 
@@ -561,12 +563,14 @@ def _launch_quantize(x, global_scale, packed, scales, in_offsets, out_offsets, g
     wide = (M * abs(xs.stride(0)) + K * abs(xs.stride(1)) >= _INT32_LIMIT or packed.numel() >= _INT32_LIMIT
             or scales.numel() >= _INT32_LIMIT)
     gs = global_scale if global_scale is not None else packed  # any pointer; unread when HAS_GS is False
-    _block_quantize_kernel[(quant_programs + zero_programs,)](
-        xs, gs, packed, scales, units, in_offsets, out_offsets,
-        M, K, g, xs.stride(0), xs.stride(1), pk, scales.numel(), n_rows, quant_programs, k_tiles, max(z_cols, 1),
-        HAS_GS=global_scale is not None, SCALE_LAYOUT=layout, X_FORMAT=x_format, LOG2_G=_log2_ceil(g),
-        BLOCK_SIZE=block_size, BLOCK_M=bm, BLOCK_K=bk, TILES=tiles, WIDE=wide, UNIT_LOG2=unit_log2, ZERO_R=zr,
-        ZERO_C=zc, num_warps=num_warps,
+    launch(
+        _block_quantize_kernel, (quant_programs + zero_programs,),
+        (xs, gs, packed, scales, units, in_offsets, out_offsets),
+        (M, K, g, xs.stride(0), xs.stride(1), pk, scales.numel(), n_rows, quant_programs, k_tiles, max(z_cols, 1)),
+        dict(HAS_GS=global_scale is not None, SCALE_LAYOUT=layout, X_FORMAT=x_format, LOG2_G=_log2_ceil(g),
+             BLOCK_SIZE=block_size, BLOCK_M=bm, BLOCK_K=bk, TILES=tiles, WIDE=wide, UNIT_LOG2=unit_log2, ZERO_R=zr,
+             ZERO_C=zc),
+        num_warps,
     )
 
 
