@@ -433,11 +433,13 @@ def test_gemm_shape_errors():
 # grouped_mm (torch._grouped_mm, cumulative END offsets)
 
 
-@pytest.mark.parametrize("case", ["rows", "cols", "k"])
-@pytest.mark.parametrize("dtype", [torch.bfloat16])
+@pytest.mark.parametrize("case", ["rows", "rows_n20", "cols", "k"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_grouped_mm(case, dtype):
     if case == "rows":
         a, b, offs = torch.randn(10, 32), torch.randn(3, 24, 32).transpose(-1, -2), [2, 5, 10]
+    elif case == "rows_n20":  # the output's row pitch is padded to 16 bytes
+        a, b, offs = torch.randn(10, 32), torch.randn(3, 20, 32).transpose(-1, -2), [2, 5, 10]
     elif case == "cols":
         a, b, offs = torch.randn(3, 10, 32), torch.randn(24, 32).t(), [8, 16, 24]
     else:
