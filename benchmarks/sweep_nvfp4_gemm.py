@@ -210,7 +210,7 @@ def host_breakdown(ops) -> dict:
 
     dev = ops[0].device
     return {
-        "validate": per_call(lambda: gg._validate(*ops)),
+        "validate": per_call(lambda: gg.check_operands(*ops)),
         "words_views_x2": per_call(lambda: (gg._words(ops[0]), gg._words(ops[1].transpose(-1, -2)))),
         "empty": per_call(lambda: torch.empty((8, 2048), dtype=torch.bfloat16, device=dev)),
         "zeros": per_call(lambda: torch.zeros((288,), dtype=torch.int32, device=dev)),

@@ -128,7 +128,9 @@ def _out_torch_dtype(out_dtype) -> torch.dtype:
     return out_dtype
 
 
-def _validate(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets):
+def check_operands(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets):
+    """The operand contract of fd.ops.cutlass_nvfp4_grouped_mm (dtypes, shapes, layouts, one device); returns
+    (M, N, K, G). Raises ValueError. Shared by this launcher and the op layer (which runs it on every path)."""
     fp4 = (torch.float4_e2m1fn_x2, torch.uint8)  # uint8: the same packed bytes, already viewed for bit work
     _check_dtype(mat1, "mat1", fp4, "packed fp4 (float4_e2m1fn_x2) [M, K/2]")
     _check_dtype(mat2, "mat2", fp4, "packed fp4 (float4_e2m1fn_x2) [G, K/2, N]")
@@ -170,11 +172,13 @@ def _validate(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, 
     devices = {t.device for t in (mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)}
     if len(devices) != 1:
         _fail(f"all operands must be on one device, got {sorted(map(str, devices))}")
-    dev = mat1.device
+    return m, n, k, g
+
+
+def _check_device(dev: torch.device) -> None:
     if dev.type != "cuda" and not (dev.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"):
         _fail(f"the Triton kernel runs on CUDA tensors (or on CPU under TRITON_INTERPRET=1), got {dev}; "
               "use pyfuser.nvfp4.reference.nvfp4_grouped_mm elsewhere")
-    return m, n, k, g
 
 
 
@@ -198,6 +202,7 @@ def nvfp4_grouped_mm(
     num_warps: Optional[int] = None,
     num_stages: Optional[int] = None,
     out: Optional[torch.Tensor] = None,
+    shapes: Optional[tuple] = None,
 ) -> torch.Tensor:
     """NVFP4 grouped GEMM; returns a contiguous ``[M, N]`` tensor of ``out_dtype`` (bf16 or fp16).
 
@@ -207,10 +212,14 @@ def nvfp4_grouped_mm(
     are trusted (the op layer validates them); reads of scale1 are bounded by its storage all the same (a row
     whose scales would extend past its end gets zero scales). ``out``: an optional preallocated ``[M, N]``
     result of ``out_dtype`` with unit column stride; every element of it is written (rows no group covers with
-    zeros). Temporaries: with predequant the fp16 token planes (2*M*K bytes); with split-K an fp32 workspace and
+    zeros). ``shapes``: (M, N, K, G) from ``check_operands`` when the caller already checked the operands (the op
+layer does, on every path), to skip checking them twice. Temporaries: with predequant the fp16 token planes (2*M*K bytes); with split-K an fp32 workspace and
     a counter per output tile, kept per device and stream between calls (the kernel leaves the counters zero)."""
     out_dtype = _out_torch_dtype(out_dtype)
-    m, n, k, g = _validate(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
+    if shapes is None:
+        shapes = check_operands(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
+    m, n, k, g = shapes
+    _check_device(mat1.device)
     cfg = default_config(m, n, k, g)
     overrides = {key: v for key, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k),
                                         ("split_k", split_k), ("group_m", group_m), ("predequant", predequant),

@@ -318,49 +318,35 @@ def nv_grouped_block_quantize(input, input_offsets, output_offsets, global_scale
 # cutlass_nvfp4_grouped_mm
 
 
-def _gemm_shapes(mat1: torch.Tensor, mat2: torch.Tensor) -> tuple[int, int, int, int]:
-    """(M, N, K, G) from the packed runtime operands: mat1 [M, K/2], mat2 [G, K/2, N]."""
-    return mat1.shape[0], mat2.shape[2], mat1.shape[1] * 2, mat2.shape[0]
+def _check_gemm(op, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets) -> tuple:
+    """The grouped GEMM's operand contract (one implementation, shared with its launcher), the op's own N rule,
+    and, with offset_checks, the offsets' and problem sizes' values and scale1's capacity. Returns (M, N, K, G)."""
+    from ..nvfp4.grouped_gemm import check_operands
 
-
-def _check_gemm(op, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets):
-    m, n, k, g = _gemm_shapes(mat1, mat2)
-    if mat2.shape[1] * 2 != k:
-        raise FusionExecutionError(f"fd.ops.{op}: mat1 has K={k} but mat2 has K={mat2.shape[1] * 2}")
-    if k % 64:
-        raise FusionExecutionError(f"fd.ops.{op}: K={k} must be a multiple of 64 (K/2 bytes a multiple of 32)")
+    try:
+        m, n, k, g = check_operands(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
+    except ValueError as e:
+        raise FusionExecutionError(f"fd.ops.{op}: {e}") from None
     if n % 128:
         raise FusionExecutionError(
             f"fd.ops.{op}: N={n} must be a multiple of 128 (scale2 holds each expert's 128x4-swizzled [N, K/16] "
             f"scales without padding)"
         )
-    if tuple(scale2.shape) != (g, n, k // 16):
-        raise FusionExecutionError(f"fd.ops.{op}: scale2 must have shape {[g, n, k // 16]}, got {list(scale2.shape)}")
-    if scale1.dim() != 2 or scale1.shape[1] != k // 16:
-        raise FusionExecutionError(f"fd.ops.{op}: scale1 must have shape [rows, K/16={k // 16}], got {list(scale1.shape)}")
-    if tuple(alpha.shape) != (g,):
-        raise FusionExecutionError(f"fd.ops.{op}: alpha must have shape [{g}], got {list(alpha.shape)}")
-    if tuple(problem_sizes.shape) != (g, 3):
-        raise FusionExecutionError(f"fd.ops.{op}: problem_sizes must have shape [{g}, 3], got {list(problem_sizes.shape)}")
-    for name, t in (("expert_offsets", expert_offsets), ("sf_offsets", sf_offsets)):
-        if t.numel() != g:
-            raise FusionExecutionError(f"fd.ops.{op}: {name} must have {g} entries (one per expert), got {t.numel()}")
-    _check_offset_tensors(op, expert_offsets, sf_offsets)
-    if not run_options().offset_checks:
-        return
-    starts, sf, ps = _host_ints(expert_offsets, sf_offsets, problem_sizes)
-    _check_offset_values(op, m, starts, sf, every_row=False)  # rows before the first group stay zero
-    sizes = [b - a for a, b in zip(starts, starts[1:] + [m])]
-    want = [[r, n, k] for r in sizes]
-    got = [ps[3 * i:3 * i + 3] for i in range(g)]
-    if got != want:
-        raise FusionExecutionError(f"fd.ops.{op}: problem_sizes must be (m_i, N, K) per expert = {want}, got {got}")
-    rows = sf[-1] + _round_up(sizes[-1], 128)
-    available = (scale1.untyped_storage().nbytes() - scale1.storage_offset()) // (k // 16)
-    if available < rows:
-        raise FusionExecutionError(
-            f"fd.ops.{op}: scale1 holds {available} block-scale rows of K/16={k // 16}, but sf_offsets need {rows}"
-        )
+    if run_options().offset_checks:
+        starts, sf, ps = _host_ints(expert_offsets, sf_offsets, problem_sizes)
+        _check_offset_values(op, m, starts, sf, every_row=False)  # rows before the first group stay zero
+        sizes = [b - a for a, b in zip(starts, starts[1:] + [m])]
+        want = [[r, n, k] for r in sizes]
+        got = [ps[3 * i:3 * i + 3] for i in range(g)]
+        if got != want:
+            raise FusionExecutionError(f"fd.ops.{op}: problem_sizes must be (m_i, N, K) per expert = {want}, got {got}")
+        rows = sf[-1] + _round_up(sizes[-1], 128)
+        available = (scale1.untyped_storage().nbytes() - scale1.storage_offset()) // (k // 16)
+        if available < rows:
+            raise FusionExecutionError(
+                f"fd.ops.{op}: scale1 holds {available} block-scale rows of K/16={k // 16}, but sf_offsets need {rows}"
+            )
+    return m, n, k, g
 
 
 def _gemm_eval(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, dtype):
@@ -372,13 +358,13 @@ def _gemm_eval(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_of
 def _gemm_kernel(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, dtype):
     from ..nvfp4.grouped_gemm import nvfp4_grouped_mm
 
-    _check_gemm(node.op.name, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
+    shapes = _check_gemm(node.op.name, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
     return nvfp4_grouped_mm(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets,
-                            to_torch_dtype(dtype))
+                            to_torch_dtype(dtype), shapes=shapes)
 
 
 def _gemm_meta(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, dtype):
-    m, n, _, _ = _gemm_shapes(mat1, mat2)
+    m, n = mat1.shape[0], mat2.shape[2]  # packed operands: mat1 [M, K/2], mat2 [G, K/2, N]
     return torch.empty((m, n), dtype=to_torch_dtype(dtype), device="meta")
 
 
