@@ -18,9 +18,10 @@ def _ops(args: argparse.Namespace) -> int:
 
     by_kind: dict[str, list[str]] = {}
     for name, opdef in sorted(all_ops().items()):
-        marks = [m for m, has in (("meta", opdef.meta), ("triton", opdef.lower)) if has]
+        marks = [m for m, has in (("meta", opdef.meta), ("triton", opdef.lower), ("kernel", opdef.kernel)) if has]
         by_kind.setdefault(opdef.kind.value, []).append(name + (f" [{', '.join(marks)}]" if marks else ""))
-    print("[meta]: has a meta override for layout inference; [triton]: has a Triton lowering for generated kernels")
+    print("[meta]: has a meta override for layout inference; [triton]: has a Triton lowering for generated kernels; "
+          "[kernel]: runs its own hand-written Triton kernel (pyfuser/nvfp4)")
     for kind, names in by_kind.items():
         print(f"{kind} ({len(names)}): {', '.join(names)}")
     return 0
