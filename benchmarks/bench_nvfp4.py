@@ -70,6 +70,41 @@ class Timer:
         return statistics.median(times)
 
 
+class _Deferred:
+    """A CUDA-graph implementation, captured only when its row runs (so a capture error stays in that row)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def build(self):
+        return cuda_graphed(self.fn)
+
+
+def _graphed_or_none(dev, fn):
+    return _Deferred(fn) if dev.type == "cuda" else None
+
+
+def cuda_graphed(fn):
+    """``fn`` captured in a CUDA graph (after warm-up calls on a side stream, which also compile every kernel):
+    the returned callable replays it on the same input buffers, without any host work per op. This is how decode
+    steps are deployed (vLLM, torch.compile's reduce-overhead mode); it needs a call without host syncs."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+
+    def replay():
+        graph.replay()
+        return out
+
+    return replay
+
+
 def tensor_bytes(*ts) -> int:
     return sum(t.numel() * t.element_size() for t in ts)
 
@@ -280,8 +315,12 @@ def bench_gemm(dev, timer, copy_bw, quick):
         impls = {
             "pyfuser fd op": (lambda: fd.execute(list(args))[0], expect),
             "pyfuser fd op, offset_checks off": (lambda: fd.execute(list(args), _disable_options=NO_CHECKS)[0], expect),
+            "pyfuser fd op, offset_checks off, CUDA graph": (
+                _graphed_or_none(dev, lambda: fd.execute(list(args), _disable_options=NO_CHECKS)[0]), expect),
             "Triton launcher": (lambda: grouped_gemm.nvfp4_grouped_mm(*args, torch.bfloat16), expect),
             "bf16 torch._grouped_mm": (lambda: torch._grouped_mm(x, w_bf16.transpose(-1, -2), offs=ends), None),
+            "bf16 torch._grouped_mm, CUDA graph": (
+                _graphed_or_none(dev, lambda: torch._grouped_mm(x, w_bf16.transpose(-1, -2), offs=ends)), None),
             "dequant + bf16 _grouped_mm": (
                 lambda: torch._grouped_mm(x, dequantize_bf16(w.packed, w.scales_linear, w.alpha).transpose(-1, -2),
                                           offs=ends),
@@ -294,6 +333,10 @@ def bench_gemm(dev, timer, copy_bw, quick):
         for name, (fn, want) in impls.items():
             row = {"phase": phase, "case": label, "tokens_per_expert": m_per, "N": n, "K": k, "impl": name}
             try:
+                if fn is None:
+                    continue  # CUDA-graph rows on a CPU run
+                if isinstance(fn, _Deferred):
+                    fn = fn.build()
                 out = fn()
                 # The bf16 paths differ from the NVFP4 math by quantization, so only the NVFP4 ones are checked
                 # tightly (against the fp32 reference of the same operands).
@@ -309,8 +352,11 @@ def bench_gemm(dev, timer, copy_bw, quick):
             except Exception as e:
                 row["error"] = _err(e)
             case_rows.append(row)
-        bf16_ms = next((r.get("ms") for r in case_rows if r["impl"] == "bf16 torch._grouped_mm"), None)
+        by_name = {r["impl"]: r.get("ms") for r in case_rows}
         for r in case_rows:
+            # CUDA-graph rows are compared with bf16 in a CUDA graph too: both then measure GPU time only.
+            graphed = r["impl"].endswith("CUDA graph")
+            bf16_ms = by_name.get("bf16 torch._grouped_mm" + (", CUDA graph" if graphed else ""))
             if bf16_ms and r.get("ms"):
                 r["speedup_vs_bf16"] = bf16_ms / r["ms"]
             print(json.dumps(r))
@@ -355,9 +401,16 @@ def bench_moe(dev, timer, copy_bw, quick):
         case_rows = []
         for name, fn in (("pyfuser NVFP4 fusion", lambda: layer(x)),
                          ("pyfuser NVFP4 fusion, offset_checks off", lambda: layer(x, NO_CHECKS)),
-                         ("bf16 eager", lambda: bf16(x)), ("bf16 torch.compile", lambda: bf16_c(x))):
+                         ("pyfuser NVFP4 fusion, offset_checks off, CUDA graph",
+                          _graphed_or_none(dev, lambda: layer(x, NO_CHECKS))),
+                         ("bf16 eager", lambda: bf16(x)), ("bf16 torch.compile", lambda: bf16_c(x)),
+                         ("bf16 eager, CUDA graph", _graphed_or_none(dev, lambda: bf16(x)))):
             row = dict(base, impl=name)
+            if fn is None:
+                continue
             try:
+                if isinstance(fn, _Deferred):
+                    fn = fn.build()
                 t0 = time.perf_counter()
                 out = fn()
                 row["first_call_s"] = time.perf_counter() - t0
@@ -371,8 +424,10 @@ def bench_moe(dev, timer, copy_bw, quick):
                 row["error"] = _err(e)
             case_rows.append(row)
         by_name = {r["impl"]: r.get("ms") for r in case_rows}
-        eager_ms, compile_ms = by_name["bf16 eager"], by_name["bf16 torch.compile"]
+        compile_ms = by_name.get("bf16 torch.compile")
         for r in case_rows:
+            # A CUDA-graph row's "vs eager" is against bf16 eager in a CUDA graph.
+            eager_ms = by_name.get("bf16 eager" + (", CUDA graph" if r["impl"].endswith("CUDA graph") else ""))
             if r.get("ms"):
                 r["speedup_vs_eager"] = eager_ms / r["ms"] if eager_ms else None
                 r["speedup_vs_compile"] = compile_ms / r["ms"] if compile_ms else None
@@ -426,7 +481,9 @@ def report(out_dir, meta, sections, errors, targets):
         "",
         f"{meta['device']}, torch {meta['torch']}, triton {meta['triton']}. Measured copy bandwidth "
         f"{meta['copy_GBs']:.0f} GB/s (read + write). Times: median of triton.testing.do_bench. Bytes: each input "
-        "read once, each output written once (the layout op's whole zero-filled buffer counts as written).",
+        "read once, each output written once (the layout op's whole zero-filled buffer counts as written). "
+        "Rows marked \"CUDA graph\" replay the call captured in a CUDA graph (no host work per op, as decode steps "
+        "are deployed) and are compared with the bf16 baseline captured the same way.",
         "",
         "## Targets",
         "",
