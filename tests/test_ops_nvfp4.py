@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from harness import DEVICE, rebuild_from_repr
 from nvfp4_inputs import gemm_inputs, round_up, start_offsets
@@ -543,3 +545,44 @@ def test_cuda_graph_capture_of_nvfp4_fusions():
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, layer(new))
+
+
+def _layout_by_formula(x: torch.Tensor, tokens: list, out_starts: list) -> torch.Tensor:
+    """layout_op.md's index formula, element by element: an oracle independent of pyfuser.nvfp4."""
+    m, k = x.shape
+    g = len(tokens)
+    pk = (k + 3) // 4 * 4
+    buf = torch.zeros((m + 127 * g) * pk, dtype=torch.float64)
+    r = 0
+    for e, t in enumerate(tokens):
+        for lr in range(t):
+            for c in range(k):
+                pos = (out_starts[e] * pk + (lr // 128) * 128 * pk + (c // 4) * 512 + (lr % 32) * 16
+                       + ((lr % 128) // 32) * 4 + c % 4)
+                buf[pos] = float(x[r + lr, c])
+        r += t
+    return buf
+
+
+@settings(max_examples=25, deadline=None)
+@given(tokens=st.lists(st.integers(0, 140), min_size=1, max_size=4), k=st.integers(1, 9),
+       gaps=st.lists(st.integers(0, 2), min_size=4, max_size=4))
+def test_layout_op_matches_the_index_formula(tokens, k, gaps):
+    """Random group sizes (empty groups, groups over 128 rows), k not a multiple of 4, output slabs with gaps
+    between them (any disjoint 128-row-padded slabs are valid output offsets)."""
+    m = sum(tokens)
+    assume(m > 0)
+    starts, outs, row, out = [], [], 0, 0
+    for t, gap in zip(tokens, gaps):
+        starts.append(row)
+        out += gap * 8  # slabs need not start on multiples of 128
+        outs.append(out)
+        row += t
+        out += round_up(t, 128)
+    # Slabs that overflow the op's (m + 127*g)-row buffer are rejected (test_offsets_runtime_errors).
+    assume(out <= m + 127 * len(tokens))
+    x = torch.arange(1, m * k + 1, dtype=torch.float32).reshape(m, k).to(DEVICE)
+    fd = _layout_fusion()
+    got = fd.execute([x, _i32(starts), _i32(outs)])[0]
+    n = (m + 127 * len(tokens)) * ((k + 3) // 4 * 4)
+    assert torch.equal(torch.as_strided(got, (n,), (1,)).cpu().double(), _layout_by_formula(x.cpu(), tokens, outs))
