@@ -12,9 +12,6 @@ make a wrong fusion pass.
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 import torch
 from harness import DEVICE
@@ -22,7 +19,7 @@ from harness import DEVICE
 from pyfuser import FusionDefinition
 from pyfuser.nvfp4 import reference as ref
 
-from pyfuser.nvfp4 import moe  # noqa: E402
+from pyfuser.nvfp4 import moe
 
 TINY = moe.MoEConfig(hidden=128, intermediate=64, experts=4, top_k=2)
 

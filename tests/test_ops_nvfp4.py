@@ -12,7 +12,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from harness import DEVICE, rebuild_from_repr
+from harness import DEVICE, rebuild_from_repr, with_layout
 from nvfp4_inputs import gemm_inputs, round_up, start_offsets
 from pyfuser import DataType, FusionDefinition
 from pyfuser.errors import (FusionDefinitionError, FusionDtypeError, FusionExecutionError, InputValidationError,
@@ -197,6 +197,30 @@ def test_nv_block_quantize(dtype, swizzle, with_gs):
             assert torch.equal(out[1].view(torch.uint8), scales.view(torch.uint8))
 
 
+@pytest.mark.parametrize("layout", ["transposed", "sliced", "expanded", "stride_order"])
+def test_quantize_ops_non_contiguous_inputs(layout):
+    """Both quantize ops read any input strides (the kernels' element-wise path) with the same bits."""
+    m, k = 48, 32
+    x = with_layout(layout, (m, k), torch.bfloat16) * 3
+    offs, sf = start_offsets([20, 28], DEVICE)
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        a, b = fd.from_pytorch(offs), fd.from_pytorch(sf)
+        for o in (*fd.ops.nv_block_quantize(t, swizzle_block_scales=True), *fd.ops.nv_grouped_block_quantize(t, a, b)):
+            fd.add_output(o)
+    data, scales = ref.quantize_nvfp4_fused(x)
+    gdata, gscales = ref.grouped_quantize_nvfp4(x, offs, sf, None, 16, fused=True)
+    for out in _run_all_ways(fd, [x, offs, sf]):
+        assert out[0].shape == (m, k // 2) and out[0].stride() == (k // 2, 1)
+        assert torch.equal(out[0].view(torch.uint8), data.view(torch.uint8))
+        assert out[1].shape == (m, k // 16) and out[1].stride() == (k // 16, 1)
+        assert torch.equal(_buffer(out[1], 128, 4).view(torch.uint8),
+                           ref.linear_to_swizzled_128_4(scales).view(torch.uint8))
+        assert torch.equal(out[2].view(torch.uint8), gdata.view(torch.uint8))
+        rows = m + 127 * 2
+        assert torch.equal(_buffer(out[3], rows, 4).view(torch.uint8), _buffer(gscales, rows, 4).view(torch.uint8))
+
+
 def test_nv_grouped_block_quantize_one_kernel():
     m, k = 60, 32
     x = torch.randn(m, k, device=DEVICE, dtype=torch.bfloat16)
@@ -229,6 +253,17 @@ def test_fp4_x2_input_becomes_fp4_with_doubled_packed_dim():
     assert fd.execute([w]) == [32]
 
 
+def test_fp4_x2_define_tensor_with_one_packed_pair():
+    """A [M, 1] fp4x2 tensor holds [M, 2] FP4 values: the size-1 packed dim becomes a (non-broadcast) extent 2."""
+    w = ref.pack_fp4(torch.randint(0, 16, (3, 2), dtype=torch.uint8, device=DEVICE))
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Float4_e2m1fn_x2)
+        fd.add_output(fd.ops.cast(t, DataType.Float))
+    assert t.dtype is DataType.Float4_e2m1fn and t.static_shape() == [None, 2]
+    out = fd.execute([w])[0]
+    assert out.shape == (3, 2) and torch.equal(out, ref.from_fp4(w))
+
+
 def test_fp4_cast_round_trip_and_unpack_along_packed_dim():
     codes = torch.randint(0, 16, (3, 8, 16), dtype=torch.uint8, device=DEVICE)
     w = ref.pack_fp4(codes.view(3, 8, 16))  # packed [3, 8, 8] = logical [3, 8, 16]
@@ -247,12 +282,14 @@ def test_fp4_cast_round_trip_and_unpack_along_packed_dim():
         assert torch.equal(ref.from_fp4(out[1]), expect)  # -0.0 == 0.0: codes 0 and 8 both decode to zero
 
 
-def test_fp4_cast_matches_reference_rounding():
-    x = torch.randn(4, 8, device=DEVICE) * 4
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
+def test_fp4_cast_matches_reference_rounding(layout):
+    x = with_layout(layout, (4, 8)) * 4
     with FusionDefinition() as fd:
         t = fd.from_pytorch(x)
         fd.add_output(fd.ops.cast(t, DataType.Float4_e2m1fn))
     for out in _run_all_ways(fd, [x]):
+        assert out[0].dtype == torch.float4_e2m1fn_x2 and out[0].shape == (4, 4) and out[0].stride() == (4, 1)
         assert torch.equal(out[0].view(torch.uint8), ref.to_fp4(x).view(torch.uint8))
 
 
@@ -268,6 +305,10 @@ def test_fp4_errors():
         odd = fd2.define_tensor(shape=[4, 5], dtype=DataType.Float)
         with pytest.raises(FusionDefinitionError, match="odd"):
             fd2.ops.cast(odd, DataType.Float4_e2m1fn)
+        with pytest.raises(FusionDefinitionError, match="0-dim tensor cannot be cast"):
+            fd2.ops.cast(fd2.define_tensor(shape=[], dtype=DataType.Float), DataType.Float4_e2m1fn)
+        with pytest.raises(FusionDtypeError, match="complex and cannot be cast"):
+            fd2.ops.cast(fd2.define_tensor(shape=[-1, 2], dtype=DataType.ComplexFloat), DataType.Float4_e2m1fn)
     strided = torch.zeros(4, 8, dtype=torch.uint8, device=DEVICE).view(torch.float4_e2m1fn_x2)[:, ::2]
     with pytest.raises(InputValidationError, match="packed dim 1 must have stride 1"):
         fd.execute([strided])
@@ -586,3 +627,21 @@ def test_layout_op_matches_the_index_formula(tokens, k, gaps):
     got = fd.execute([x, _i32(starts), _i32(outs)])[0]
     n = (m + 127 * len(tokens)) * ((k + 3) // 4 * 4)
     assert torch.equal(torch.as_strided(got, (n,), (1,)).cpu().double(), _layout_by_formula(x.cpu(), tokens, outs))
+
+
+def test_grouped_mm_offset_checks_off_reads_no_offsets(monkeypatch):
+    a = torch.randn(10, 32, dtype=torch.bfloat16, device=DEVICE)
+    b = torch.randn(3, 24, 32, dtype=torch.bfloat16, device=DEVICE).transpose(-1, -2)
+    offs = _i32([2, 5, 10])
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.grouped_mm(*(fd.from_pytorch(t) for t in (a, b, offs))))
+    fd.execute([a, b, offs], _disable_options=["offset_checks"])
+
+    def no_host_reads(*args, **kwargs):
+        raise AssertionError("offset values were read on the host")
+
+    monkeypatch.setattr(torch.Tensor, "tolist", no_host_reads)
+    out = fd.execute([a, b, offs], _disable_options=["offset_checks"])[0]
+    monkeypatch.undo()
+    expected = torch._grouped_mm(a, b, offs)
+    assert out.stride() == expected.stride() and torch.equal(out, expected)

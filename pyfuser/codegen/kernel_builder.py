@@ -310,7 +310,7 @@ class Emitter:
             args += [stride for _, stride, _ in p.row_terms + p.col_terms]
         n_cols_arg = "n_cols" if self.n_cols_factor == 1 else "n_cols_q"
         args += ["n_rows", n_cols_arg, "BLOCK_R: tl.constexpr", "BLOCK_C: tl.constexpr"]
-        self.lines = [f"@triton.jit", f"def {name}({', '.join(args)}):"]
+        self.lines = ["@triton.jit", f"def {name}({', '.join(args)}):"]
         self.indent = 1
         if self.n_cols_factor != 1:
             self.w(f"n_cols = n_cols_q * {self.n_cols_factor}")

@@ -11,7 +11,7 @@ from typing import Optional
 
 import torch
 
-from ..ir.dtypes import DataType, to_torch_dtype
+from ..ir.dtypes import to_torch_dtype
 from .kernel_builder import KernelBuilder, KValue
 from ..segment.loop_domain import NotFusable
 
@@ -70,9 +70,6 @@ def elementwise(template: Optional[str], float_template: Optional[str] = None, r
 
 def cast_lowering(node, kb: KernelBuilder, x, dtype=None):
     check_real(node)
-    if any(getattr(v, "dtype", None) is DataType.Float4_e2m1fn for v in (node.inputs[0], node.outputs[0])):
-        # Packing pairs of values into bytes needs a tile shape the generic emitter does not have.
-        raise NotFusable("fd.ops.cast to or from Float4_e2m1fn has no generated-kernel lowering")
     if not isinstance(x, KValue):
         x = _operand(kb, x, None)
     target = out_dtype(node)

@@ -16,7 +16,7 @@ Conventions (shared with the kernels):
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple, Union
+from typing import Sequence, Tuple, Union
 
 import torch
 

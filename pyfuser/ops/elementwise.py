@@ -33,7 +33,6 @@ from .common import (
     check_operand,
     fail,
     fusion_of,
-    is_number,
     new_scalar,
     new_tensor,
     operand_dtype,

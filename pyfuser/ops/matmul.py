@@ -36,7 +36,7 @@ import torch
 
 from ..errors import UnsupportedOpError
 from ..ir.dtypes import DataType, is_floating, is_integral
-from ..ir.nodes import IterDomain, IterType, Scalar, TensorView
+from ..ir.nodes import IterDomain, Scalar, TensorView
 from .common import FusionDtypeError, fail, fusion_of, new_tensor, require_tensor
 from .registry import OpKind, OpResult, register
 

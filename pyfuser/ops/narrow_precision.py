@@ -56,21 +56,17 @@ def _tensor(op: str, x, name: str, rank: Optional[int] = None, dtypes: Optional[
     return tv
 
 
-def _extent(tv: TensorView, d: int) -> Optional[int]:
-    dom = tv.logical[d]
-    return 1 if dom.is_broadcast and not dom.expanded else dom.extent
-
-
 def _offsets(op: str, input_offsets, output_offsets) -> tuple[TensorView, TensorView]:
     a = _tensor(op, input_offsets, "input_offsets", 1, (DataType.Int32,))
     b = _tensor(op, output_offsets, "output_offsets", 1, (DataType.Int32,))
-    ga, gb = _extent(a, 0), _extent(b, 0)
+    ga, gb = a.static_shape()[0], b.static_shape()[0]
     if ga is not None and gb is not None and ga != gb:
         fail(op, f"input_offsets ({a.name}) has {ga} groups but output_offsets ({b.name}) has {gb}")
     return a, b
 
 
 def _no_swizzled_operand(op: str, **operands) -> None:
+    """The registry lets swizzled block scales reach the grouped GEMM only; there, only as scale1/scale2."""
     for name, x in operands.items():
         producer = swizzled_scales_producer(x) if isinstance(x, TensorView) else None
         if producer is not None:
@@ -92,7 +88,7 @@ def _quant_input(op: str, x, block_size, dtype) -> TensorView:
         fail(op, f"argument 'dtype' must be DataType.Float4_e2m1fn, got {dtype!r}", FusionDtypeError)
     if block_size != 16:
         fail(op, f"argument 'block_size' must be 16 for NVFP4, got {block_size!r}")
-    k = _extent(tv, 1)
+    k = tv.static_shape()[1]
     if k is not None and k % block_size:
         fail(op, f"the last dim of input ({tv.name}) is {k}, not a multiple of block_size {block_size}")
     return tv
@@ -100,7 +96,7 @@ def _quant_input(op: str, x, block_size, dtype) -> TensorView:
 
 def _quant_outputs(op: str, x: TensorView) -> tuple[TensorView, TensorView]:
     fusion = fusion_of(op, x)
-    m, k = (IterDomain.iteration(_extent(x, d)) for d in range(2))
+    m, k = (IterDomain.iteration(e) for e in x.static_shape())
     data = new_tensor(fusion, [m, k], DataType.Float4_e2m1fn)
     kb = None if k.extent is None else k.extent // 16
     scales = new_tensor(fusion, [IterDomain.iteration(m.extent), IterDomain.iteration(kb)], DataType.Float8_e4m3fn)
@@ -183,8 +179,7 @@ def _check_k(op: str, k: int, block_size: int = 16) -> None:
 
 
 def _grouped_scales_meta(m: int, k: int, g: int, dtype: torch.dtype) -> torch.Tensor:
-    storage = torch.empty(((m + 127 * g) * _round_up(k, 4),), dtype=dtype, device="meta")
-    return torch.as_strided(storage, (m, k), (k, 1))
+    return _logical_view(torch.empty(((m + 127 * g) * _round_up(k, 4),), dtype=dtype, device="meta"), m, k)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -215,8 +210,7 @@ def preprocess_grouped_matmul_input_sf(input, input_offsets, output_offsets):
     op = "preprocess_grouped_matmul_input_sf"
     x = _tensor(op, input, "input", 2)
     a, b = _offsets(op, input_offsets, output_offsets)
-    _no_swizzled_operand(op, input=x, input_offsets=a, output_offsets=b)
-    out = new_tensor(fusion_of(op, x, a, b), [IterDomain.iteration(_extent(x, d)) for d in range(2)], x.dtype)
+    out = new_tensor(fusion_of(op, x, a, b), [IterDomain.iteration(e) for e in x.static_shape()], x.dtype)
     return OpResult([out], (x, a, b), info={"swizzled_output": 0})
 
 
@@ -224,17 +218,17 @@ def preprocess_grouped_matmul_input_sf(input, input_offsets, output_offsets):
 # nv_block_quantize / nv_grouped_block_quantize
 
 
-def _swizzled_view(scales: torch.Tensor) -> torch.Tensor:
-    """The single-group swizzle, returned like the layout op: logical [m, k] over the padded buffer."""
-    m, k = scales.shape
-    buffer = _ref().linear_to_swizzled_128_4(scales)
+def _logical_view(buffer: torch.Tensor, m: int, k: int) -> torch.Tensor:
+    """A padded, swizzled scale buffer returned like the layout op's result: logical [m, k], strides [k, 1]."""
     return torch.as_strided(buffer, (m, k), (k, 1))
 
 
 def _block_quantize_eval(node, input, global_scale=None, swizzle_block_scales=False, block_size=16, dtype=None):
     _check_k(node.op.name, input.shape[1], block_size)
     data, scales = _ref().quantize_nvfp4_fused(input, global_scale, block_size)
-    return data, (_swizzled_view(scales) if swizzle_block_scales else scales)
+    if swizzle_block_scales:
+        scales = _logical_view(_ref().linear_to_swizzled_128_4(scales), *scales.shape)
+    return data, scales
 
 
 def _block_quantize_kernel(node, input, global_scale=None, swizzle_block_scales=False, block_size=16, dtype=None):
@@ -242,9 +236,8 @@ def _block_quantize_kernel(node, input, global_scale=None, swizzle_block_scales=
 
     _check_k(node.op.name, input.shape[1], block_size)
     data, scales = block_quantize(input, global_scale, swizzle=swizzle_block_scales, block_size=block_size)
-    if swizzle_block_scales:  # the padded buffer, returned like the reference as logical [m, k/16]
-        m, kb = input.shape[0], input.shape[1] // block_size
-        scales = torch.as_strided(scales, (m, kb), (kb, 1))
+    if swizzle_block_scales:  # the launcher returns the padded buffer itself
+        scales = _logical_view(scales, input.shape[0], input.shape[1] // block_size)
     return data, scales
 
 
@@ -253,7 +246,7 @@ def _block_quantize_meta(node, input, global_scale=None, swizzle_block_scales=Fa
     data = torch.empty(packed_shape([m, k], 1), dtype=torch.float4_e2m1fn_x2, device="meta")
     if swizzle_block_scales:
         storage = torch.empty((_round_up(m, 128) * _round_up(k // 16, 4),), dtype=torch.float8_e4m3fn, device="meta")
-        return data, torch.as_strided(storage, (m, k // 16), (k // 16, 1))
+        return data, _logical_view(storage, m, k // 16)
     return data, torch.empty((m, k // 16), dtype=torch.float8_e4m3fn, device="meta")
 
 
@@ -269,7 +262,6 @@ def nv_block_quantize(input, global_scale=None, swizzle_block_scales: bool = Fal
     gs = _global_scale(op, global_scale)
     if not isinstance(swizzle_block_scales, bool):
         fail(op, f"argument 'swizzle_block_scales' must be a bool, got {swizzle_block_scales!r}")
-    _no_swizzled_operand(op, input=x, global_scale=gs)
     data, scales = _quant_outputs(op, x)
     info = {"swizzled_output": 1} if swizzle_block_scales else {}
     kwargs = {"global_scale": gs, "swizzle_block_scales": swizzle_block_scales, "block_size": block_size,
@@ -308,7 +300,6 @@ def nv_grouped_block_quantize(input, input_offsets, output_offsets, global_scale
     x = _quant_input(op, input, block_size, dtype)
     a, b = _offsets(op, input_offsets, output_offsets)
     gs = _global_scale(op, global_scale)
-    _no_swizzled_operand(op, input=x, input_offsets=a, output_offsets=b, global_scale=gs)
     data, scales = _quant_outputs(op, x)
     kwargs = {"global_scale": gs, "block_size": block_size, "dtype": dtype}
     return OpResult([data, scales], (x, a, b), kwargs, info={"swizzled_output": 1})
@@ -385,20 +376,20 @@ def cutlass_nvfp4_grouped_mm(mat1, mat2, scale1, scale2, alpha, problem_sizes, e
     if dtype not in (DataType.BFloat16, DataType.Half):
         fail(op, f"argument 'dtype' must be DataType.BFloat16 or DataType.Half, got {dtype!r}", FusionDtypeError)
     _no_swizzled_operand(op, mat1=a, mat2=b, alpha=al, problem_sizes=ps, expert_offsets=eo, sf_offsets=so)
-    ka, kb = _extent(a, 1), _extent(b, 1)
+    ka, kb = a.static_shape()[1], b.static_shape()[1]
     if ka is not None and kb is not None and ka != kb:
         fail(op, f"mat1 ({a.name}) has K={ka} but mat2 ({b.name}) has K={kb}")
     k = ka if ka is not None else kb
     if k is not None and k % 64:
         fail(op, f"K={k} must be a multiple of 64")
-    n = _extent(b, 2)
+    n = b.static_shape()[2]
     if n is not None and n % 128:
         fail(op, f"N={n} (mat2 dim 2) must be a multiple of 128")
     for name, tv, d, want in (("scale1", s1, 1, k // 16 if k else None), ("scale2", s2, 2, k // 16 if k else None),
                               ("scale2", s2, 1, n), ("problem_sizes", ps, 1, 3)):
-        got = _extent(tv, d)
+        got = tv.static_shape()[d]
         if got is not None and want is not None and got != want:
             fail(op, f"argument '{name}' ({tv.name}) dim {d} must be {want}, got {got}")
     out = new_tensor(fusion_of(op, a, b, s1, s2, al, ps, eo, so),
-                     [IterDomain.iteration(_extent(a, 0)), IterDomain.iteration(n)], dtype)
+                     [IterDomain.iteration(a.static_shape()[0]), IterDomain.iteration(n)], dtype)
     return OpResult([out], (a, b, s1, s2, al, ps, eo, so, dtype))

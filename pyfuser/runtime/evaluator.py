@@ -69,9 +69,7 @@ def run_device() -> torch.device:
 
 
 # The options of the run in progress, for evaluators whose checks are optional (None: the defaults).
-RUN_OPTIONS: contextvars.ContextVar[Optional[Any]] = contextvars.ContextVar("pyfuser_run_options", default=None)
-
-
+RUN_OPTIONS: contextvars.ContextVar[Optional[Options]] = contextvars.ContextVar("pyfuser_run_options", default=None)
 _DEFAULT_OPTIONS = Options()
 
 

@@ -47,9 +47,10 @@ class FusionRuntime:
         # Hand-written kernels (OpDef.kernel) run where generated ones would; otherwise their reference does.
         own_kernels = self.options.kernel_codegen and triton_usable(self.device)
         for seg in self.segments:
-            if seg.kind is SchedulerKind.EXPR_EVAL or any(e.op.kind is OpKind.OWN_KERNEL for e in seg.exprs):
+            own_kernel_segment = any(e.op.kind is OpKind.OWN_KERNEL for e in seg.exprs)
+            if seg.kind is SchedulerKind.EXPR_EVAL or own_kernel_segment:
                 reason = "ExprEval segment"
-                if any(e.op.kind is OpKind.OWN_KERNEL for e in seg.exprs):  # its kernel does not run here
+                if own_kernel_segment and not own_kernels:  # why its torch reference runs instead
                     reason = "torch reference of an op with a hand-written kernel: " + (
                         "kernel_codegen is disabled" if not self.options.kernel_codegen else f"no Triton on {self.device.type}")
                 executors.append(AtenSegmentExecutor(seg, reason, use_kernels=own_kernels))

@@ -13,7 +13,8 @@ from ..errors import OptionError
 DISABLE_OPTIONS = {
     "infer_contiguity": "meta-device inference of ExprEval segment output layouts (off: assume contiguous)",
     "kernel_codegen": "generated Triton kernels for kernel segments (off: every segment runs on ATen)",
-    "offset_checks": "host-side checks of NVFP4 group offsets (one device-to-host copy per op call; off: the "
+    "offset_checks": "host-side checks of group offsets' values, NVFP4 ops and grouped_mm (one device-to-host copy "
+    "per op call; off: the "
     "offsets are trusted, as upstream does; kernels still never write outside their buffers)",
 }
 ENABLE_OPTIONS = {
