@@ -4,6 +4,7 @@
 """
 
 from . import ops as _ops  # noqa: F401  (registers every op)
+from . import codegen as _codegen  # noqa: F401  (attaches Triton lowerings to the ops)
 from .errors import (  # noqa: F401
     FusionDefinitionError,
     FusionDtypeError,

@@ -37,7 +37,6 @@ from .common import (
     new_tensor,
     operand_dtype,
 )
-from ..codegen.lowering import cast_lowering, elementwise as _triton
 from .registry import OpKind, OpResult, register
 
 
@@ -115,76 +114,6 @@ def _check_category(op: str, x, allowed: str, argname: str = "arg"):
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Triton lowering: each op's formula over its cast operands, mirroring the evaluator (same casts, same order of
-# operations; IEEE division and libdevice math, as ATen's CUDA kernels use). Ops missing here (random draws,
-# complex, gcd, logical_right_shift, isreal, integer pow) run on ATen.
-
-_LD = "libdevice.{}({{0}})"
-_TRITON = {
-    **{n: _triton(None, _LD.format(n)) for n in (
-        "acos", "acosh", "asin", "asinh", "atan", "atanh", "cos", "cosh", "exp", "exp2", "expm1", "erf", "erfc",
-        "erfinv", "erfcinv", "lgamma", "log", "log10", "log1p", "log2", "rsqrt", "sin", "sinh", "sqrt", "tan",
-        "tanh")},
-    # libdevice wants both operands in one dtype: a bare 1.0 would be fp32 against a Double operand.
-    "reciprocal": _triton(None, "libdevice.div_rn(tl.full([], 1.0, {0}.dtype), {0})"),
-    "sigmoid": _triton(None, "libdevice.div_rn(tl.full([], 1.0, {0}.dtype), 1.0 + libdevice.exp(-{0}))"),
-    "neg": _triton("-{0}"),
-    "abs": _triton("tl.abs({0})"),
-    "sign": _triton("tl.where({0} > 0, 1, tl.where({0} < 0, -1, {0}))"),
-    "relu": _triton("tl.where({0} < 0, 0, {0})"),
-    "ceil": _triton("{0}", "libdevice.ceil({0})"),
-    "floor": _triton("{0}", "libdevice.floor({0})"),
-    "round": _triton("{0}", "libdevice.rint({0})"),
-    "trunc": _triton("{0}", "libdevice.trunc({0})"),
-    "frac": _triton(None, "{0} - libdevice.trunc({0})"),
-    "silu": _triton(None, "libdevice.div_rn({0}, 1.0 + libdevice.exp(-{0}))"),
-    "bitwise_not": _triton("~{0}"),
-    "set": _triton("{0}", bool_ok=True),
-    "segment_set": _triton("{0}", bool_ok=True),
-    "isfinite": _triton("{0} == {0}", "tl.abs({0}) < float('inf')", result="bool", bool_ok=True),
-    "isinf": _triton("{0} != {0}", "tl.abs({0}) == float('inf')", result="bool", bool_ok=True),
-    "isnan": _triton("{0} != {0}", result="bool", bool_ok=True),
-    "isneginf": _triton("{0} != {0}", "{0} == float('-inf')", result="bool", bool_ok=True),
-    "isposinf": _triton("{0} != {0}", "{0} == float('inf')", result="bool", bool_ok=True),
-    "signbit": _triton("{0} < 0", "libdevice.signbit({0}) != 0", result="bool", bool_ok=True),
-    "logical_not": _triton("{0} == 0", result="bool", bool_ok=True),
-    "real": _triton("{0}", bool_ok=True),
-    "add": _triton("{0} + {1}"),
-    "sub": _triton("{0} - {1}"),
-    "mul": _triton("{0} * {1}"),
-    # Integer div truncates; Triton's // on signed integers is C division, as is its %.
-    "div": _triton("{0} // {1}", "libdevice.div_rn({0}, {1})"),
-    "truediv": _triton(None, "libdevice.div_rn({0}, {1})"),
-    "atan2": _triton(None, "libdevice.atan2({0}, {1})"),
-    "fmod": _triton("{0} % {1}"),
-    "mod": _triton("{0} % {1}"),
-    "remainder": _triton("_remainder({0}, {1})"),
-    "pow": _triton(None, "libdevice.pow({0}, {1})"),
-    "nextafter": _triton(None, "libdevice.nextafter({0}, {1})"),
-    "minimum": _triton("_min_nan({0}, {1})"),
-    "maximum": _triton("_max_nan({0}, {1})"),
-    "eq": _triton("{0} == {1}", result="bool", bool_ok=True),
-    "ne": _triton("{0} != {1}", result="bool", bool_ok=True),
-    "ge": _triton("{0} >= {1}", result="bool", bool_ok=True),
-    "gt": _triton("{0} > {1}", result="bool", bool_ok=True),
-    "le": _triton("{0} <= {1}", result="bool", bool_ok=True),
-    "lt": _triton("{0} < {1}", result="bool", bool_ok=True),
-    "logical_and": _triton("{0} & {1}", result="bool", bool_ok=True),
-    "logical_or": _triton("{0} | {1}", result="bool", bool_ok=True),
-    "bitwise_and": _triton("{0} & {1}", bool_ok=True),
-    "bitwise_or": _triton("{0} | {1}", bool_ok=True),
-    "bitwise_xor": _triton("{0} ^ {1}", bool_ok=True),
-    "bitwise_left_shift": _triton("{0} << {1}"),
-    "bitwise_right_shift": _triton("{0} >> {1}"),
-    "where": _triton("tl.where({0}, {1}, {2})", bool_ok=True),
-    # torch's lerp: start + w*(end-start) for |w| < 0.5, else end - (end-start)*(1-w) (exact at w = 1).
-    "lerp": _triton(None, "tl.where(tl.abs({2}) < 0.5, {0} + {2} * ({1} - {0}), {1} - ({1} - {0}) * (1 - {2}))"),
-    "clamp": _triton("_min_nan(_max_nan({0}, {1}), {2})"),
-    "threshold": _triton("tl.where({0} <= {1}, {2}, {0})"),
-    "addcmul": _triton("{0} + {3} * {1} * {2}"),
-}
-
-# --------------------------------------------------------------------------------------------------------------
 # unary
 
 _FLOAT_UNARY = {
@@ -259,7 +188,7 @@ def _register_unary(name: str, fn, out_rule, category: str = "any"):
         return OpResult([_output(name, [arg], out_dt)], (arg,), info={"cast": [_tdt(cast)]})
 
     build.__doc__ = f"fd.ops.{name}(arg): elementwise {name}."
-    return register(name, OpKind.POINTWISE, _elementwise_eval(fn), lower=_TRITON.get(name))(build)
+    return register(name, OpKind.POINTWISE, _elementwise_eval(fn))(build)
 
 
 # ATen has no complex kernels for these.
@@ -434,7 +363,7 @@ def _register_binary(name: str, fn, rule: str, category: str):
         return OpResult([_output(name, [lhs, rhs], out_dt)], (lhs, rhs), info=info)
 
     build.__doc__ = f"fd.ops.{name}(lhs, rhs): elementwise {name} of tensors and/or scalars."
-    return register(name, OpKind.POINTWISE, evaluate, lower=_TRITON.get(name))(build)
+    return register(name, OpKind.POINTWISE, evaluate)(build)
 
 
 for _name, (_fn, _rule, _cat) in _BINARY.items():
@@ -469,7 +398,7 @@ def _where_build(pred, lhs, rhs):
     return OpResult([_output("where", [pred, lhs, rhs], p)], (pred, lhs, rhs), info=info)
 
 
-register("where", OpKind.POINTWISE, _elementwise_eval(torch.where), lower=_TRITON["where"])(_where_build)
+register("where", OpKind.POINTWISE, _elementwise_eval(torch.where))(_where_build)
 
 
 def _lerp_build(start, end, weight):
@@ -481,7 +410,7 @@ def _lerp_build(start, end, weight):
     return OpResult([_output("lerp", [start, end, weight], c)], (start, end, weight), info=info)
 
 
-register("lerp", OpKind.POINTWISE, _elementwise_eval(torch.lerp), lower=_TRITON["lerp"])(_lerp_build)
+register("lerp", OpKind.POINTWISE, _elementwise_eval(torch.lerp))(_lerp_build)
 
 
 def _clamp_build(arg, min_val, max_val):
@@ -498,7 +427,6 @@ register(
     "clamp",
     OpKind.POINTWISE,
     _elementwise_eval(lambda x, lo, hi: torch.minimum(torch.maximum(x, lo), hi)),
-    lower=_TRITON["clamp"],
 )(_clamp_build)
 
 
@@ -519,7 +447,7 @@ def _threshold(x, th, v):
     return torch.where(x <= th, v, x)
 
 
-register("threshold", OpKind.POINTWISE, _elementwise_eval(_threshold), lower=_TRITON["threshold"])(_threshold_build)
+register("threshold", OpKind.POINTWISE, _elementwise_eval(_threshold))(_threshold_build)
 
 
 def _addcmul_build(arg, tensor1, tensor2, value=1.0):
@@ -531,7 +459,7 @@ def _addcmul_build(arg, tensor1, tensor2, value=1.0):
     return OpResult([out], (arg, tensor1, tensor2, value), info=info)
 
 
-register("addcmul", OpKind.POINTWISE, _elementwise_eval(lambda a, b, c, v: a + v * b * c), lower=_TRITON["addcmul"])(
+register("addcmul", OpKind.POINTWISE, _elementwise_eval(lambda a, b, c, v: a + v * b * c))(
     _addcmul_build
 )
 
@@ -598,6 +526,6 @@ def _cast_build(arg, dtype: DataType):
     return OpResult([out], (arg,), {"dtype": dtype})
 
 
-register("cast", OpKind.POINTWISE, _cast_eval, meta=_cast_meta, lower=cast_lowering, accepts_fp4=True)(_cast_build)
+register("cast", OpKind.POINTWISE, _cast_eval, meta=_cast_meta, accepts_fp4=True)(_cast_build)
 
 del math

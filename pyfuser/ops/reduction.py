@@ -40,7 +40,6 @@ from .common import (
     normalize_dims,
     require_tensor,
 )
-from ..codegen.lowering import check_real, out_dtype
 from .registry import OpKind, OpResult, register
 
 _MISSING = object()
@@ -118,8 +117,8 @@ def _prepare(arg: torch.Tensor, info: dict) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Triton lowering. Inside a kernel the reduced dims are the kernel's column dims (codegen.loop_domain): a
-# reduction folds the column tile of each row; keepdim only changes which loop dims the output has.
+# Loop structure for kernel segments: which output dims are which input dims, and which dims really reduce.
+# (The Triton lowerings live in pyfuser/codegen/reduction_lowerings.py.)
 
 
 def _reduction_loop_map(node):
@@ -143,56 +142,7 @@ def _reduced_dims(node):
     return [d for d in node.kwargs.get("dims", []) if not (inp.logical[d].is_broadcast and not inp.logical[d].expanded)]
 
 
-def _lower_input(node, kb, x):
-    check_real(node)
-    if node.info.get("cast") is not None:
-        x = kb.cast(x, node.info["cast"])
-    return kb.cast(x, node.info["compute"])
-
-
-def _reduces_only_broadcasts(node, dims) -> bool:
-    inp = node.inputs[0]
-    return all(inp.logical[d].is_broadcast and not inp.logical[d].expanded for d in dims)
-
-
-def _lower_reduce(node, kb, arg, dims, keepdim=False, dtype=DataType.Null):
-    x = _lower_input(node, kb, arg)
-    if not dims or _reduces_only_broadcasts(node, dims):  # reducing size-1 dims is a copy
-        return kb.cast(x, out_dtype(node))
-    if x.dtype == torch.bool:  # Triton folds 1-bit values into int32: reduce in int32 throughout
-        x = kb.cast(x, torch.int32)
-    return kb.cast(kb.reduce(node.op.name, x), out_dtype(node))
-
-
-def _lower_moments(node, kb, x):
-    """(mean, sum of squared deviations, count) over the column dims, two-pass for accuracy."""
-    n = kb.cast(kb.n_reduced(), x.dtype)
-    mean = kb.op("libdevice.div_rn({0}, {1})", [kb.reduce("sum", x), n], x.dtype)
-    dev = kb.op("{0} - {1}", [x, mean], x.dtype)
-    m2 = kb.reduce("sum", kb.op("{0} * {0}", [dev], x.dtype))
-    return mean, m2, n
-
-
-def _lower_var_mean(node, kb, arg, dims, correction=1, keepdim=False):
-    x = _lower_input(node, kb, arg)
-    if not dims or _reduces_only_broadcasts(node, dims):
-        from ..segment.loop_domain import NotFusable
-
-        raise NotFusable("var over no dims")
-    mean, m2, n = _lower_moments(node, kb, x)
-    var = kb.op("libdevice.div_rn({0}, {1} - {2})", [m2, n, kb.const(float(correction), x.dtype)], x.dtype)
-    if node.op.name == "var":
-        return kb.cast(var, out_dtype(node))
-    return kb.cast(var, out_dtype(node, 0)), kb.cast(mean, out_dtype(node, 1))
-
-
-def _lower_welford(node, kb, arg, dims):
-    x = _lower_input(node, kb, arg)
-    mean, m2, n = _lower_moments(node, kb, x)
-    return kb.cast(mean, out_dtype(node, 0)), kb.cast(m2, out_dtype(node, 1)), kb.cast(n, out_dtype(node, 2))
-
-
-_REDUCTION_CODEGEN = dict(loop_map=_reduction_loop_map, reduced_dims=_reduced_dims)
+_REDUCTION_LOOPS = dict(loop_map=_reduction_loop_map, reduced_dims=_reduced_dims)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -263,7 +213,7 @@ def _register_reduction(name: str):
         f"fd.ops.{name}(arg, dtype=Null) | (arg, dim: int, keepdim=False, dtype=Null) | "
         f"(arg, dims: list[int], keepdim=False, dtype=Null): {name} over dims (every dim when none are given)."
     )
-    return register(name, OpKind.REDUCTION, _reduce_eval, lower=_lower_reduce, **_REDUCTION_CODEGEN)(build)
+    return register(name, OpKind.REDUCTION, _reduce_eval, **_REDUCTION_LOOPS)(build)
 
 
 for _name in _TORCH_REDUCE:
@@ -330,14 +280,14 @@ def _build_statistics(op: str, arg, dims, correction, keepdim, dim, axes, keep_d
     return tv, var, mean, kwargs, {"compute": to_torch_dtype(compute)}
 
 
-@register("var", OpKind.REDUCTION, _var_eval, lower=_lower_var_mean, **_REDUCTION_CODEGEN)
+@register("var", OpKind.REDUCTION, _var_eval, **_REDUCTION_LOOPS)
 def var(arg, dims=_MISSING, correction=1, keepdim=_MISSING, *, dim=_MISSING, axes=_MISSING, keep_dim=_MISSING):
     """fd.ops.var(arg, dims, correction=1, keepdim=False): variance with Bessel-style ``correction``."""
     tv, v, _, kwargs, info = _build_statistics("var", arg, dims, correction, keepdim, dim, axes, keep_dim)
     return OpResult([v], (tv,), kwargs, info)
 
 
-@register("var_mean", OpKind.REDUCTION, _var_mean_eval, lower=_lower_var_mean, **_REDUCTION_CODEGEN)
+@register("var_mean", OpKind.REDUCTION, _var_mean_eval, **_REDUCTION_LOOPS)
 def var_mean(arg, dims=_MISSING, correction=1, keepdim=_MISSING, *, dim=_MISSING, axes=_MISSING, keep_dim=_MISSING):
     """fd.ops.var_mean(arg, dims, correction=1, keepdim=False) -> (var, mean)."""
     tv, v, m, kwargs, info = _build_statistics("var_mean", arg, dims, correction, keepdim, dim, axes, keep_dim)
@@ -353,7 +303,7 @@ def _welford_eval(node, arg, dims):
     return avg, var * count, n
 
 
-@register("welford", OpKind.REDUCTION, _welford_eval, lower=_lower_welford, **_REDUCTION_CODEGEN)
+@register("welford", OpKind.REDUCTION, _welford_eval, **_REDUCTION_LOOPS)
 def welford(arg, dims=_MISSING, *, dim=_MISSING, axes=_MISSING):
     """fd.ops.welford(arg, dims) -> (avg, var_sum, n): mean, sum of squared deviations, and the element count
     (an Int tensor shaped like avg)."""

@@ -55,15 +55,16 @@ class OpDef:
     builder: Callable
     evaluate: Callable
     meta: Optional[Callable] = None
-    # Triton lowering (pyfuser.codegen): ``lower(node, kb, *operands)`` emits the op into a kernel builder and
-    # returns its output value(s). None: the op has no generated-kernel form; a segment holding it runs on ATen.
+    # Triton lowering, attached by pyfuser.codegen (see :func:`attach`): ``lower(node, kb, *operands)`` emits the op
+    # into a kernel builder and returns its output value(s). None: no generated-kernel form; its segment runs on ATen.
     lower: Optional[Callable] = None
     # ``loop_map(node)`` -> pairs ((out, dim), (in, dim)) of dims that are the same loop dim. None: positional.
     loop_map: Optional[Callable] = None
     # For reductions: ``reduced_dims(node)`` -> the reduced dims of the (first) tensor input.
     reduced_dims: Optional[Callable] = None
-    # A hand-written Triton implementation, same signature as ``evaluate``. Executors call it where Triton runs
-    # (CUDA, or the interpreter) and kernels are enabled; ``evaluate`` stays the pure-torch reference.
+    # A hand-written Triton implementation, same signature as ``evaluate``, attached by pyfuser.kernels. Executors
+    # call it where Triton runs (CUDA, or the interpreter) and kernels are enabled; ``evaluate`` stays the
+    # pure-torch reference.
     kernel: Optional[Callable] = None
     # Whether the op accepts Float4_e2m1fn operands (packed at run time: most ATen ops cannot read them).
     accepts_fp4: bool = False
@@ -101,12 +102,12 @@ def register(
     evaluate: Callable,
     meta: Optional[Callable] = None,
     aliases: Sequence[str] = (),
-    **codegen_fields,
+    **fields,
 ):
     """Decorator: turn a builder returning OpResult into the user-facing op, and record the OpDef.
 
-    ``codegen_fields`` are the optional OpDef fields ``lower``, ``loop_map``, ``reduced_dims``, ``kernel`` and
-    ``accepts_fp4``."""
+    ``fields`` are the optional semantic OpDef fields ``loop_map``, ``reduced_dims`` and ``accepts_fp4``; a
+    lowering or hand-written kernel is attached later by name (:func:`attach`)."""
 
     def deco(builder: Callable):
         @functools.wraps(builder)
@@ -123,7 +124,7 @@ def register(
             return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
         op.__name__ = name
-        opdef = OpDef(name, kind, op, evaluate, meta, **codegen_fields)
+        opdef = OpDef(name, kind, op, evaluate, meta, **fields)
         for n in (name, *aliases):
             if n in _OPS:
                 raise RuntimeError(f"op {n!r} registered twice")
@@ -180,3 +181,22 @@ def get(name: str) -> OpDef:
 
 def all_ops() -> dict[str, OpDef]:
     return dict(_OPS)
+
+
+# The fields that later layers attach to an op by name: ``lower`` (pyfuser.codegen) and ``kernel``
+# (pyfuser.kernels). The registry holds the slot; the layer that owns the code fills it, so ops never import it.
+_ATTACHABLE = ("lower", "kernel")
+
+
+def attach(name: str, **fields) -> None:
+    """Attach a Triton lowering (``lower=``) or a hand-written kernel (``kernel=``) to the registered op
+    ``name``. Attaching a field twice is a programming error (two lowerings for one op)."""
+    opdef = _OPS.get(name)
+    if opdef is None:
+        raise RuntimeError(f"attach: no op named {name!r} is registered")
+    for key, fn in fields.items():
+        if key not in _ATTACHABLE:
+            raise RuntimeError(f"attach: {key!r} is not an attachable OpDef field ({', '.join(_ATTACHABLE)})")
+        if getattr(opdef, key) is not None:
+            raise RuntimeError(f"attach: fd.ops.{name} already has a {key}")
+        setattr(opdef, key, fn)

@@ -41,7 +41,6 @@ from .common import (
     operand_dtype,
     require_tensor,
 )
-from ..codegen.lowering import identity_view
 from .registry import OpKind, OpResult, register
 
 # This module defines an op named ``slice``; evaluators need Python's.
@@ -176,7 +175,7 @@ def _broadcast_eval(node, arg, is_broadcast_dim):
     return arg[tuple(None if b else _py_slice(None) for b in is_broadcast_dim)]
 
 
-@register("broadcast", OpKind.VIEW, _broadcast_eval, lower=identity_view, loop_map=_broadcast_loop_map)
+@register("broadcast", OpKind.VIEW, _broadcast_eval, loop_map=_broadcast_loop_map)
 def broadcast(arg, is_broadcast_dim):
     """fd.ops.broadcast(arg, is_broadcast_dim): one flag per output dim; True inserts a new size-1 dim."""
     op = "broadcast"
@@ -199,7 +198,7 @@ def _broadcast_in_dim_eval(node, arg, shape, broadcast_dims):
 
 
 @register(
-    "broadcast_in_dim", OpKind.VIEW, _broadcast_in_dim_eval, lower=identity_view, loop_map=_broadcast_in_dim_loop_map
+    "broadcast_in_dim", OpKind.VIEW, _broadcast_in_dim_eval, loop_map=_broadcast_in_dim_loop_map
 )
 def broadcast_in_dim(arg, shape, broadcast_dims):
     """fd.ops.broadcast_in_dim(arg, shape, broadcast_dims): input dim j becomes output dim broadcast_dims[j]
@@ -233,7 +232,7 @@ def _expand_eval(node, arg, shape):
     return arg.expand(list(shape))
 
 
-@register("expand", OpKind.VIEW, _expand_eval, lower=identity_view, loop_map=_expand_loop_map)
+@register("expand", OpKind.VIEW, _expand_eval, loop_map=_expand_loop_map)
 def expand(arg, shape):
     """fd.ops.expand(arg, shape): torch.expand; -1 keeps a dim, new leading dims are broadcasts."""
     op = "expand"
@@ -302,7 +301,7 @@ def _permute_eval(node, arg, dims):
     return arg.permute(list(dims))
 
 
-@register("permute", OpKind.VIEW, _permute_eval, lower=identity_view, loop_map=_permute_loop_map)
+@register("permute", OpKind.VIEW, _permute_eval, loop_map=_permute_loop_map)
 def permute(arg, dims):
     """fd.ops.permute(arg, dims): output dim i is input dim dims[i]."""
     op = "permute"
@@ -320,7 +319,7 @@ def _squeeze_eval(node, arg, dims, squeeze_expanded=False):
     return arg[tuple(0 if d in drop else _py_slice(None) for d in range(arg.dim()))]
 
 
-@register("squeeze", OpKind.VIEW, _squeeze_eval, lower=identity_view, loop_map=_squeeze_loop_map)
+@register("squeeze", OpKind.VIEW, _squeeze_eval, loop_map=_squeeze_loop_map)
 def squeeze(arg, dims, squeeze_expanded: bool = False):
     """fd.ops.squeeze(arg, dims, squeeze_expanded=False): remove broadcast dims; an expanded broadcast dim is
     removed only with squeeze_expanded=True (its values are all equal, so the result is index 0)."""
@@ -560,7 +559,7 @@ def _stride_order_eval(node, arg, stride_order):
 
 
 # In a kernel the copy is the store itself: the output is allocated with the requested strides.
-@register("stride_order", OpKind.POINTWISE, _stride_order_eval, lower=identity_view)
+@register("stride_order", OpKind.POINTWISE, _stride_order_eval)
 def stride_order(arg, stride_order):
     """fd.ops.stride_order(arg, stride_order): a copy whose strides follow ``stride_order`` (stride_order[i] is
     the rank of dim i's stride, 0 = fastest), as in define_tensor."""

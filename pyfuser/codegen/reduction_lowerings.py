@@ -1,0 +1,68 @@
+"""Triton lowerings of the reductions, attached to the registry by name.
+
+Inside a kernel the reduced dims are the kernel's column dims (segment/loop_domain.py): a reduction folds the
+column tile of each row; keepdim only changes which loop dims the output has.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..ir.dtypes import DataType
+from ..ops.registry import attach
+from ..segment.loop_domain import NotFusable
+from .lowering import check_real, out_dtype
+
+
+def _lower_input(node, kb, x):
+    check_real(node)
+    if node.info.get("cast") is not None:
+        x = kb.cast(x, node.info["cast"])
+    return kb.cast(x, node.info["compute"])
+
+
+def _reduces_only_broadcasts(node, dims) -> bool:
+    inp = node.inputs[0]
+    return all(inp.logical[d].is_broadcast and not inp.logical[d].expanded for d in dims)
+
+
+def _lower_reduce(node, kb, arg, dims, keepdim=False, dtype=DataType.Null):
+    x = _lower_input(node, kb, arg)
+    if not dims or _reduces_only_broadcasts(node, dims):  # reducing size-1 dims is a copy
+        return kb.cast(x, out_dtype(node))
+    if x.dtype == torch.bool:  # Triton folds 1-bit values into int32: reduce in int32 throughout
+        x = kb.cast(x, torch.int32)
+    return kb.cast(kb.reduce(node.op.name, x), out_dtype(node))
+
+
+def _lower_moments(node, kb, x):
+    """(mean, sum of squared deviations, count) over the column dims, two-pass for accuracy."""
+    n = kb.cast(kb.n_reduced(), x.dtype)
+    mean = kb.op("libdevice.div_rn({0}, {1})", [kb.reduce("sum", x), n], x.dtype)
+    dev = kb.op("{0} - {1}", [x, mean], x.dtype)
+    m2 = kb.reduce("sum", kb.op("{0} * {0}", [dev], x.dtype))
+    return mean, m2, n
+
+
+def _lower_var_mean(node, kb, arg, dims, correction=1, keepdim=False):
+    x = _lower_input(node, kb, arg)
+    if not dims or _reduces_only_broadcasts(node, dims):
+        raise NotFusable("var over no dims")
+    mean, m2, n = _lower_moments(node, kb, x)
+    var = kb.op("libdevice.div_rn({0}, {1} - {2})", [m2, n, kb.const(float(correction), x.dtype)], x.dtype)
+    if node.op.name == "var":
+        return kb.cast(var, out_dtype(node))
+    return kb.cast(var, out_dtype(node, 0)), kb.cast(mean, out_dtype(node, 1))
+
+
+def _lower_welford(node, kb, arg, dims):
+    x = _lower_input(node, kb, arg)
+    mean, m2, n = _lower_moments(node, kb, x)
+    return kb.cast(mean, out_dtype(node, 0)), kb.cast(m2, out_dtype(node, 1)), kb.cast(n, out_dtype(node, 2))
+
+
+for _name in ("sum", "prod", "max", "min"):
+    attach(_name, lower=_lower_reduce)
+attach("var", lower=_lower_var_mean)
+attach("var_mean", lower=_lower_var_mean)
+attach("welford", lower=_lower_welford)
