@@ -18,7 +18,14 @@ from .errors import (  # noqa: F401
 )
 from .frontend import FusionDefinition, compute_tensor_descriptor  # noqa: F401
 from .frontend import pytorch_utils  # noqa: F401
+from .frontend.defined_fusion import DefinedFusion as Fusion  # noqa: F401
+from .frontend.fusion_cache import LRUCache, LruFusionCache  # noqa: F401
+from .frontend.profiler import PythonProfiler  # noqa: F401
+from .frontend.version import version  # noqa: F401
 from .ir import DataType  # noqa: F401
-from .runtime.lru_cache import LRUCache  # noqa: F401
+from .ir.nodes import Scalar, TensorView, Vector  # noqa: F401
+from .multidevice import ParallelType, execute_with_dtensors, multidevice  # noqa: F401
+from .nvfuser_names import register_as_nvfuser_direct  # noqa: F401
 
+# pyfuser's own release; version() is the nvFuser API level it implements.
 __version__ = "0.1.0"

@@ -195,7 +195,7 @@ def test_from_pytorch(name):
     maker, line = FROM_PYTORCH[name]
     x = maker()
     fusion = lambda fd: fd.add_output(fd.ops.mul(fd.from_pytorch(x), 3.0))  # noqa: E731
-    assert input_line(define(fusion)) == "T0 = fd.define_tensor(" + line
+    assert input_line(define(fusion)) == "tv0 = fd.define_tensor(" + line
     check_fusion(fusion, [x], lambda x: x * 3.0)
 
 
@@ -259,7 +259,7 @@ def test_define_scalar_constant_inferred_dtype(value, dtype, printed):
         fd.add_output(s)
     assert s.dtype is dtype and s.is_constant and s.value == value
     assert s not in fd.fusion.inputs
-    assert f"S0 = {printed}" in repr(fd)
+    assert f"c0 = {printed}" in repr(fd)  # an output: a constant keeps its own line
     out = fd.execute([])[0]
     assert out == value and type(out) is type(value)
     rebuild_from_repr(fd)
@@ -329,7 +329,7 @@ def test_define_vector_of_ints_and_scalars():
         assert v[1].is_constant and v[1].value == 4 and v[0] is s
         fd.add_output(fd.ops.reshape(t, v))
 
-    assert "fd.define_vector([S1, 4], dtype=DataType.Int)" in repr(define(fusion))
+    assert "fd.define_vector([c0, 4], dtype=DataType.Int)" in repr(define(fusion))
     check_fusion(fusion, [x, 3], lambda x, s: x.reshape(s, 4))
 
 
@@ -373,7 +373,7 @@ def test_alias_output_updates_input_and_is_not_returned():
     with FusionDefinition() as fd:
         t = fd.from_pytorch(x)
         fd.add_output(fd.ops.add(t, 1.0), t)
-    assert "fd.add_output(T1, T0)" in repr(fd)
+    assert "fd.add_output(tv1, tv0)" in repr(fd)
     outs = fd.execute([buf])
     assert outs == []
     torch.testing.assert_close(buf, x + 1.0)
@@ -433,8 +433,9 @@ def test_validate_passes_and_fails():
     fd.validate([x], [torch.sigmoid(x)])
     with pytest.raises(AssertionError):
         fd.validate([x], [torch.sigmoid(x) + 1.0])
-    with pytest.raises(AssertionError, match="strides"):
-        fd.validate([x], [torch.sigmoid(x).t().contiguous().t()])
+    # Given references are compared in values, shapes and dtypes (as nvFuser does); strides are checked against
+    # the ATen evaluation only.
+    fd.validate([x], [torch.sigmoid(x).t().contiguous().t()])
     with pytest.raises(AssertionError, match="dtype|float64"):
         fd.validate([x], [torch.sigmoid(x).double()])
     with pytest.raises(AssertionError, match="outputs"):
@@ -511,11 +512,10 @@ def test_repr_text_format():
         fd.add_output(t2)
     assert repr(fd) == (
         "def nvfuser_fusion(fd : FusionDefinition) -> None :\n"
-        "    T0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float, is_cpu=False)\n"
-        "    S1 = fd.define_scalar(3.00000, dtype=DataType.Double)\n"
-        "    T2 = fd.ops.mul(T0, S1)\n"
-        "    T3 = fd.ops.add(T2, 2)\n"
-        "    fd.add_output(T3)\n"
+        "    tv0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float, is_cpu=False)\n"
+        "    tv1 = fd.ops.mul(tv0, 3.00000)\n"
+        "    tv2 = fd.ops.add(tv1, 2)\n"
+        "    fd.add_output(tv2)\n"
     )
 
 
@@ -560,7 +560,7 @@ def test_repr_prints_numpy_scalars_as_python_numbers():
     x = make((2, 3))
     fusion = lambda fd: fd.add_output(fd.ops.add(fd.ops.mul(fd.from_pytorch(x), np.float32(2.5)), np.int64(3)))  # noqa: E731
     text = repr(define(fusion))
-    assert "fd.ops.mul(T0, 2.5)" in text and "fd.ops.add(T1, 3)" in text
+    assert "fd.ops.mul(tv0, 2.5)" in text and "fd.ops.add(tv1, 3)" in text
     check_fusion(fusion, [x], lambda x: x * 2.5 + 3)
 
 
@@ -718,7 +718,7 @@ def test_operator_overloads():
     refs = lambda x, y: [x + y, x * 2.0, 1.0 - x, -x, x / y, abs(x), y**2, x < y, 3 * x]  # noqa: E731
     check_fusion(fusion, [x, y], refs)
     text = repr(define(fusion))
-    assert "fd.ops.add(T0, T1)" in text and "fd.ops.mul(T0, 2.00000)" in text and "fd.ops.sub(1.00000, T0)" in text
+    assert "fd.ops.add(tv0, tv1)" in text and "fd.ops.mul(tv0, 2.00000)" in text and "fd.ops.sub(1.00000, tv0)" in text
 
 
 def test_size_and_shape():
@@ -734,7 +734,7 @@ def test_size_and_shape():
         fd.add_output(fd.ops.size(t, -1))
 
     check_fusion(fusion, [x], lambda x: [15, x / 5, 5])
-    assert "fd.ops.size(T0, dim=1)" in repr(define(fusion))
+    assert "fd.ops.size(tv0, dim=1)" in repr(define(fusion))
 
 
 def test_ops_namespace_lists_ops_and_rejects_unknown():

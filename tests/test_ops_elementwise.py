@@ -889,7 +889,7 @@ def test_cast_to_same_dtype_is_a_copy():
 def test_cast_prints_dtype_keyword():
     x = tensor(F32)
     fd = define(lambda fd: fd.add_output(fd.ops.cast(fd.from_pytorch(x), DataType.Half)))
-    assert "fd.ops.cast(T0, dtype=DataType.Half)" in repr(fd)
+    assert "fd.ops.cast(tv0, dtype=DataType.Half)" in repr(fd)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -466,7 +466,7 @@ def test_topk_errors():
     with pytest.raises(FusionDefinitionError, match=r"topk: argument 'dim'=2 is out of range"):
         define(lambda fd: fd.ops.topk(fd.define_tensor([-1, -1]), 1, dim=2))
     with pytest.raises(FusionDtypeError, match=r"topk: argument 'sorted' must be a bool"):
-        define(lambda fd: fd.ops.topk(fd.define_tensor([-1]), 1, sorted=1))
+        define(lambda fd: fd.ops.topk(fd.define_tensor([-1]), 1, sorted=1.0))  # ints convert, as in nvFuser
     with pytest.raises(FusionDefinitionError, match=r"topk: argument 'arg' must have rank >= 1"):
         define(lambda fd: fd.ops.topk(fd.define_tensor([]), 1, dim=0))
 

@@ -217,7 +217,7 @@ def test_linear_repr_omits_absent_bias():
     a, w = make((3, 4)), make((5, 4))
     with FusionDefinition() as fd:
         fd.add_output(fd.ops.linear(fd.from_pytorch(a), fd.from_pytorch(w)))
-    assert "fd.ops.linear(T0, T1)" in repr(fd)
+    assert "fd.ops.linear(tv0, tv1)" in repr(fd)
 
 
 # ==============================================================================================================

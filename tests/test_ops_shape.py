@@ -93,7 +93,7 @@ def test_broadcast_domain_and_repr():
     out = fd.fusion.outputs[0]
     assert [d.is_broadcast for d in out.domain] == [False, True, False]
     assert out.static_shape() == [None, 1, 3]
-    assert "fd.ops.broadcast(T0, is_broadcast_dim=[False, True, False])" in repr(fd)
+    assert "fd.ops.broadcast(tv0, is_broadcast_dim=[False, True, False])" in repr(fd)
 
 
 # --- broadcast_in_dim --------------------------------------------------------------------------------------------
@@ -307,7 +307,7 @@ def test_permute(layout, dtype, dims):
 
 def test_permute_prints_non_negative_dims():
     fd = define(lambda fd: fd.add_output(fd.ops.permute(fd.define_tensor([-1, -1, -1]), [-1, 0, -2])))
-    assert "fd.ops.permute(T0, dims=[2, 0, 1])" in repr(fd)
+    assert "fd.ops.permute(tv0, dims=[2, 0, 1])" in repr(fd)
 
 
 # --- squeeze -----------------------------------------------------------------------------------------------------
@@ -580,7 +580,7 @@ def test_cat_three_inputs_static_extent_and_repr():
 
     fd = define(fn)
     assert fd.fusion.outputs[0].static_shape() == [7, 3]
-    assert "fd.ops.cat([T0, T1, T2], dim=0)" in repr(fd)
+    assert "fd.ops.cat([tv0, tv1, tv2])"  # dim=0 is the default: not printed in repr(fd)
     check_fusion(fn, xs, lambda *xs: torch.cat(xs, 0))
 
 
@@ -630,7 +630,7 @@ def test_stride_order_tv_and_repr():
     out = fd.fusion.outputs[0]
     assert out.stride_order() == [0, 2, 1]
     assert out.alloc_order == (1, 2, 0)
-    assert "fd.ops.stride_order(T0, stride_order=[0, 2, 1])" in repr(fd)
+    assert "fd.ops.stride_order(tv0, stride_order=[0, 2, 1])" in repr(fd)
 
 
 def test_stride_order_feeds_views():

@@ -10,12 +10,17 @@ from typing import Any, Optional, Sequence, Union
 import torch
 
 from .ops_namespace import ops as _ops_namespace
-from ..errors import FusionDefinitionError, FusionDtypeError
+from ..errors import FusionDefinitionError, FusionDtypeError, UnsupportedOpError
 from ..ir.dtypes import DataType, from_torch_dtype
 from ..ir.fusion import Fusion, FusionGuard
 from ..ir.nodes import IterDomain, IterType, Scalar, TensorView, Val, Vector
 from ..ops.common import literal_dtype
+from . import profiler
+from .defined_fusion import DefinedFusion
+from .fusion_cache import executor_for
 from .printer import fusion_to_python
+from .repro import fake_copies, repro_script
+from .validation import compare_outputs, fake_free_copies
 from .tensor_descriptor import alloc_order_from_stride_order, compute_tensor_descriptor
 
 _NO_DTYPE = object()
@@ -35,18 +40,32 @@ class FusionDefinition:
     def __init__(self):
         self._fusion: Optional[Fusion] = None
         self._guard: Optional[FusionGuard] = None
-        self._executor = None
 
     # --- lifecycle ------------------------------------------------------------------------------------------
     @property
     def fusion(self) -> Fusion:
-        if self._fusion is None:
+        """The fusion: the executor's once ``fd.fec`` exists (nvFuser's protocol deletes ``fd._fusion`` then)."""
+        fec = self.__dict__.get("fec")
+        if fec is not None:
+            return fec.fusion()
+        fusion = self.__dict__.get("_fusion")
+        if fusion is None:
             raise FusionDefinitionError("the FusionDefinition is empty: define it inside `with FusionDefinition() as fd:`")
-        return self._fusion
+        return fusion
+
+    @property
+    def _executor(self):
+        """The runtime's executor cache behind ``fd.fec`` (None before the first execute or cache_compile)."""
+        fec = self.__dict__.get("fec")
+        return None if fec is None else fec.executor_cache
+
+    @property
+    def sched(self):
+        return _UNSUPPORTED_SCHEDULE
 
     def __enter__(self):
-        self._fusion = Fusion()
-        self._executor = None
+        self.__dict__.pop("fec", None)
+        self._fusion = DefinedFusion()
         self._guard = FusionGuard(self._fusion)
         self._guard.__enter__()
         return self
@@ -64,9 +83,15 @@ class FusionDefinition:
         return False
 
     def __repr__(self) -> str:
-        if self._fusion is None:
+        if self.__dict__.get("fec") is None and self.__dict__.get("_fusion") is None:
             return "<empty FusionDefinition>"
-        return fusion_to_python(self._fusion)
+        return fusion_to_python(self.fusion)
+
+    def __getattr__(self, name: str):
+        # Only reached for missing attributes: nvFuser's manual-scheduling entry points get our error.
+        if name in _UNSUPPORTED_FD:
+            raise UnsupportedOpError(f"FusionDefinition.{name}: {_UNSUPPORTED_FD[name]}")
+        raise AttributeError(f"'FusionDefinition' object has no attribute '{name}'")
 
     # --- inputs -----------------------------------------------------------------------------------------------
     def define_tensor(self, *args, **kwargs) -> TensorView:
@@ -201,7 +226,11 @@ class FusionDefinition:
         )
 
     def define_scalar(self, value: Any = None, dtype: Any = _NO_DTYPE) -> Scalar:
-        """A constant (value given) or a symbolic scalar input (value None, default dtype Double)."""
+        """A constant (value given) or a symbolic scalar input (value None, default dtype Double).
+
+        As in nvFuser's bindings, ``define_scalar(DataType.Int)`` (the dtype alone, first) is a symbolic input."""
+        if isinstance(value, DataType) and dtype is _NO_DTYPE:
+            value, dtype = None, value
         if value is not None and (isinstance(value, Val) or not isinstance(value, (numbers.Number, bool))):
             raise FusionDtypeError(f"define_scalar: value must be a Python number or None, got {type(value).__name__}")
         if dtype is _NO_DTYPE:
@@ -265,12 +294,22 @@ class FusionDefinition:
         self.fusion.add_output(output, alias_input)
 
     # --- execution --------------------------------------------------------------------------------------------
-    def _get_executor(self):
-        from ..runtime.executor_cache import FusionExecutorCache
+    def _check_definition(self) -> None:
+        """nvFuser's errors for executing a definition that was never made or has nothing in it."""
+        if self.__dict__.get("_fusion") is None:
+            raise NotImplementedError(
+                "Fusion does not exist! Use `with FusionDefinition() as fd: ...` to define a fusion.")
+        if not self._fusion.output_log:
+            raise NotImplementedError("Fusion is empty! Add outputs with fd.add_output(...).")
 
-        if self._executor is None:
-            self._executor = FusionExecutorCache(self.fusion)
-        return self._executor
+    def _get_executor(self):
+        fec = self.__dict__.get("fec")
+        if fec is None:
+            self._check_definition()
+            if "ke" in self.__dict__:
+                raise AssertionError("KernelExecutor already exists! Use manual_execute() to execute the fusion.")
+            fec = self.fec = executor_for(self._fusion)
+        return fec
 
     def execute(
         self,
@@ -282,39 +321,77 @@ class FusionDefinition:
         _disable_options: Sequence[str] = (),
         profile: bool = False,
     ) -> list:
-        """Run the fusion; returns a list of outputs in add_output order (alias-only outputs excluded)."""
-        del save_repro_inputs, profile  # accepted for API compatibility; nothing to save or profile yet
-        return (self._executor or self._get_executor()).execute(
-            inputs, device=device, enable_options=_enable_options, disable_options=_disable_options
-        )
+        """Run the fusion; returns a list of outputs in add_output order (alias-only outputs excluded).
 
-    def manual_execute(self, inputs: Sequence[Any]) -> list:
-        """Evaluate the fusion op by op with ATen (the reference executor), bypassing segmentation and caches."""
+        The first call makes ``fd.fec``, the fusion's executor (or uses the one ``cache_compile`` gave).
+        ``save_repro_inputs=True`` keeps fake copies of the inputs for :meth:`last_repro_script`. ``device``:
+        None, an int (CUDA index), a string or a torch.device."""
+        del profile  # accepted for compatibility: use PythonProfiler to profile
+        fec = self._get_executor()
+        if save_repro_inputs:
+            self.fake_inputs = fake_copies(inputs)
+        return fec.execute(inputs, device=_device_arg(device), enable_options=_enable_options,
+                           disable_options=_disable_options)
+
+    def manual_execute(self, inputs: Sequence[Any], heuristic_params=None) -> list:
+        """Evaluate the fusion op by op with ATen (the reference executor), bypassing segmentation and caches.
+
+        nvFuser runs a user-scheduled kernel here; pyfuser has no manual scheduling, so the whole definition is
+        evaluated unscheduled. As in nvFuser, a definition runs either through execute or through this."""
         from ..runtime.evaluator import run_reference
 
-        return run_reference(self.fusion, inputs)
+        if heuristic_params is not None:
+            raise UnsupportedOpError("FusionDefinition.manual_execute(heuristic_params=...): pyfuser has no manual "
+                                     "scheduling (heuristic parameters)")
+        if self.__dict__.get("fec") is not None:
+            raise AssertionError("FusionExecutorCache already exists! Use execute() to execute the fusion.")
+        self._check_definition()
+        self.ke = _REFERENCE_EXECUTOR
+        outputs = run_reference(self.fusion, inputs)
+        if profiler._active:
+            profiler.notify(0, None, scheduler="user", fusion=self.fusion)
+        return outputs
 
-    def validate(self, inputs: Sequence[Any], reference_outputs: Optional[Sequence[Any]] = None, **tolerances) -> None:
-        """Execute and compare with ``reference_outputs`` (default: the ATen reference executor on copies of the
-        inputs). Raises AssertionError on a mismatch of values, shapes, dtypes or strides."""
-        import copy
+    def validate(self, inputs: Sequence[Any], reference_outputs: Optional[Sequence[Any]] = None,
+                 device=None, **tolerances) -> list:
+        """Execute, compare with ``reference_outputs`` and return the outputs.
 
+        Without references the fusion is also evaluated op by op with ATen on copies of the inputs, and the
+        outputs must match it in values, shapes, dtypes and strides. Given references are compared in values,
+        shapes and dtypes. ``atol``/``rtol`` override the per-dtype tolerances. Raises AssertionError on a mismatch."""
         from ..runtime.evaluator import run_reference
 
+        check_strides = reference_outputs is None
         if reference_outputs is None:
-            reference_outputs = run_reference(self.fusion, copy.deepcopy(list(inputs)))
-        outputs = self.execute(inputs)
-        if len(outputs) != len(reference_outputs):
-            raise AssertionError(f"validate: {len(outputs)} outputs but {len(reference_outputs)} references")
-        for i, (out, ref) in enumerate(zip(outputs, reference_outputs)):
-            if isinstance(ref, torch.Tensor):
-                if out.shape != ref.shape or out.dtype != ref.dtype:
-                    raise AssertionError(f"validate: output {i} is {out.dtype}{list(out.shape)}, expected {ref.dtype}{list(ref.shape)}")
-                if out.stride() != ref.stride() and out.numel() > 1:
-                    raise AssertionError(f"validate: output {i} has strides {out.stride()}, expected {ref.stride()}")
-                torch.testing.assert_close(out, ref.to(out.device), equal_nan=True, **tolerances)
-            elif out != ref:
-                raise AssertionError(f"validate: output {i} is {out!r}, expected {ref!r}")
+            reference_outputs = run_reference(self.fusion, fake_free_copies(inputs))
+        outputs = self.execute(inputs, device=device)
+        compare_outputs(outputs, reference_outputs, check_strides, **tolerances)
+        return outputs
+
+    def manual_validate(self, inputs: Sequence[Any], reference_outputs: Optional[Sequence[Any]] = None,
+                        **tolerances) -> list:
+        """:meth:`manual_execute`, then the comparison of :meth:`validate`; returns the outputs."""
+        from ..runtime.evaluator import run_reference
+
+        check_strides = reference_outputs is None
+        if reference_outputs is None:
+            reference_outputs = run_reference(self.fusion, fake_free_copies(inputs))
+        outputs = self.manual_execute(inputs)
+        compare_outputs(outputs, reference_outputs, check_strides, **tolerances)
+        return outputs
+
+    # --- repro scripts ----------------------------------------------------------------------------------------
+    def repro_script_for(self, inputs: Optional[Sequence[Any]] = None) -> str:
+        """A standalone script that rebuilds this fusion and, given inputs, runs it on tensors like them."""
+        return repro_script(self, inputs)
+
+    def last_repro_script(self) -> str:
+        fake = self.__dict__.get("fake_inputs")
+        if fake is None:
+            raise AssertionError(
+                "fd.last_repro_script() cannot provide a repro because fd.execute(inputs, save_repro_inputs=True) "
+                "was not executed!")
+        return repro_script(self, fake)
 
     # --- introspection ----------------------------------------------------------------------------------------
     def last_runtime(self):
@@ -330,6 +407,52 @@ class FusionDefinition:
     def segments(self):
         rt = self.last_runtime()
         return [] if rt is None else rt.segments
+
+
+def _device_arg(device):
+    """nvFuser's device argument: None, a CUDA index, or anything torch.device accepts."""
+    if device is None or isinstance(device, torch.device):
+        return device
+    if isinstance(device, numbers.Integral) and not isinstance(device, bool):
+        return torch.device("cuda", int(device))
+    if isinstance(device, str):
+        return torch.device(device)
+    raise FusionDefinitionError(f"execute: device must be None, an int, a string or a torch.device, got {device!r}")
+
+
+class _ReferenceExecutor:
+    """What ``fd.ke`` holds after manual_execute: the unscheduled ATen evaluation (no KernelExecutor here)."""
+
+    def is_compiled(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "<pyfuser reference executor>"
+
+
+_REFERENCE_EXECUTOR = _ReferenceExecutor()
+
+# nvFuser's manual-scheduling and multi-device attributes of a FusionDefinition, with why they are missing.
+_NO_SCHEDULING = "pyfuser has no manual scheduling API (it schedules every segment itself)"
+_UNSUPPORTED_FD = {
+    "schedule": _NO_SCHEDULING,
+    "sched": _NO_SCHEDULING,
+    "id_model": _NO_SCHEDULING,
+    "idm": _NO_SCHEDULING,
+    "multidevice_schedule": "multi-device execution is not supported by pyfuser yet",
+}
+
+
+class _UnsupportedSchedule:
+    """``fd.sched``: every scheduling call (split, merge, parallelize, cache_after, ...) raises our error."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise UnsupportedOpError(f"fd.sched.{name}: {_NO_SCHEDULING}")
+
+
+_UNSUPPORTED_SCHEDULE = _UnsupportedSchedule()
 
 
 def _by_shape(shape=None, contiguity=None, dtype=DataType.Float, is_cpu=False, stride_order=()):

@@ -1,24 +1,44 @@
-"""``repr(fd)``: runnable Python that rebuilds an equivalent fusion.
+"""``repr(fd)``: runnable Python that rebuilds an equivalent fusion, in nvFuser's printer style.
+
+nvFuser's style: tensors are named ``tv0, tv1, ...`` and non-inline scalars ``c0, c1, ...`` in creation order;
+constants whose dtype a Python literal implies (Bool, Int, Double, ComplexDouble) are written inline
+(``3.00000``); keyword arguments equal to the op's default are left out.
 
 The text is also the fusion's structural key (LRUCache): two fusions print the same iff they have the same
-inputs, ops, attributes, dtypes and outputs.
+inputs, ops, attributes, dtypes and outputs. Names are renumbered per fusion, so they never depend on how
+many values an earlier definition created, and defaults are only omitted where rebuilding without them gives
+the same op.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
+from typing import Optional
 
 from ..ir.dtypes import DataType
 from ..ir.fusion import Fusion
 from ..ir.nodes import Expr, Scalar, TensorView, Val, Vector
 
 
-def format_value(v) -> str:
-    if isinstance(v, Scalar) and v.is_constant and not getattr(v, "declared", False):
+# dtypes a Python literal of the constant's value gives back (literal_dtype): such constants print inline.
+_INLINE_DTYPES = (DataType.Bool, DataType.Int, DataType.Double, DataType.ComplexDouble)
+
+
+def is_inline_constant(v) -> bool:
+    if not (isinstance(v, Scalar) and v.is_constant):
+        return False
+    return not getattr(v, "declared", False) or v.dtype in _INLINE_DTYPES
+
+
+def format_value(v, names: Optional[dict] = None) -> str:
+    if names is not None and isinstance(v, Val) and id(v) in names:
+        return names[id(v)]
+    if is_inline_constant(v):
         return format_value(v.value)
     if isinstance(v, Val):
-        return v.name
+        return v.name if names is None else names[id(v)]
     if isinstance(v, DataType):
         return f"DataType.{v.name}"
     if isinstance(v, bool) or v is None:
@@ -36,7 +56,7 @@ def format_value(v) -> str:
     if isinstance(v, complex):
         return f"complex({format_float(v.real)}, {format_float(v.imag)})"
     if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(format_value(x) for x in v) + "]"
+        return "[" + ", ".join(format_value(x, names) for x in v) + "]"
     return repr(v)
 
 
@@ -52,7 +72,7 @@ def format_float(x: float) -> str:
     return repr(x)
 
 
-def _tensor_input_line(tv: TensorView) -> str:
+def _tensor_input_line(tv: TensorView, names: dict) -> str:
     shape = []
     for d in tv.logical:
         if d.is_broadcast and not d.expanded:
@@ -67,30 +87,94 @@ def _tensor_input_line(tv: TensorView) -> str:
     ]
     if tv.alloc_order is not None:
         parts.append(f"stride_order={format_value(tv.stride_order())}")
-    return f"{tv.name} = fd.define_tensor({', '.join(parts)})"
+    return f"{names[id(tv)]} = fd.define_tensor({', '.join(parts)})"
 
 
-def _declared_line(v: Val) -> str:
+def _declared_line(v: Val, names: dict) -> Optional[str]:
     if isinstance(v, TensorView):
-        return _tensor_input_line(v)
+        return _tensor_input_line(v, names)
     if isinstance(v, Scalar):
-        return f"{v.name} = fd.define_scalar({format_value(v.value)}, dtype={format_value(v.dtype)})"
+        if id(v) not in names:
+            return None  # an inline constant: written where it is used
+        return f"{names[id(v)]} = fd.define_scalar({format_value(v.value)}, dtype={format_value(v.dtype)})"
     if isinstance(v, Vector):
-        return f"{v.name} = fd.define_vector({format_value(v.elements)}, dtype={format_value(v.dtype)})"
+        return f"{names[id(v)]} = fd.define_vector({format_value(v.elements, names)}, dtype={format_value(v.dtype)})"
     raise TypeError(v)
 
 
-def _expr_line(e: Expr) -> str:
-    args = [format_value(a) for a in e.args]
-    args += [f"{k}={format_value(v)}" for k, v in e.kwargs.items()]
-    lhs = ", ".join(o.name for o in e.outputs)
+_NO_DEFAULT = object()
+
+
+def _defaults(op) -> dict:
+    """Keyword defaults of the op's user-facing builder (``fd.ops.<name>``)."""
+    cached = _DEFAULTS.get(op.name)
+    if cached is None:
+        try:
+            params = inspect.signature(op.builder).parameters.values()
+        except (TypeError, ValueError):
+            params = ()
+        cached = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+        for k, v in _KEYWORD_DEFAULTS.items():
+            # Builders that accept several spellings of an argument use a private sentinel as its default;
+            # the value it stands for is nvFuser's documented default.
+            if k in cached and not isinstance(cached[k], (bool, int, float, str, type(None), DataType, list, tuple)):
+                cached[k] = v
+        _DEFAULTS[op.name] = cached
+    return cached
+
+
+_DEFAULTS: dict = {}
+_KEYWORD_DEFAULTS = {"keepdim": False}
+
+
+def _is_default(value, default) -> bool:
+    if default is _NO_DEFAULT or isinstance(value, Val) or isinstance(default, Val):
+        return False
+    if type(value) is not type(default) and not (value is None or default is None):
+        # True == 1 and 1 == 1.0 in Python, but they are different arguments.
+        return False
+    try:
+        return bool(value == default)
+    except Exception:  # noqa: BLE001 -- e.g. tensors; never omit what cannot be compared
+        return False
+
+
+def _expr_line(e: Expr, names: dict) -> str:
+    args = [format_value(a, names) for a in e.args]
+    defaults = _defaults(e.op)
+    args += [f"{k}={format_value(v, names)}" for k, v in e.kwargs.items()
+             if not _is_default(v, defaults.get(k, _NO_DEFAULT))]
+    lhs = ", ".join(names[id(o)] for o in e.outputs)
     return f"{lhs} = fd.ops.{e.op.name}({', '.join(args)})"
 
 
+def printed_names(fusion: Fusion) -> dict:
+    """id(val) -> its printed name: tv<N> for tensors, c<N> for other values, numbered in creation order."""
+    names: dict = {}
+    counters = {"tv": 0, "c": 0}
+    # A constant returned as an output keeps its define_scalar line: add_output takes a value, not a literal.
+    outputs = {id(v) for v, _ in fusion.output_log}
+
+    def name(v):
+        if id(v) in names or (is_inline_constant(v) and id(v) not in outputs):
+            return
+        prefix = "tv" if isinstance(v, TensorView) else "c"
+        names[id(v)] = f"{prefix}{counters[prefix]}"
+        counters[prefix] += 1
+
+    for stmt in fusion.statements:
+        for v in (stmt.outputs if isinstance(stmt, Expr) else [stmt]):
+            name(v)
+    return names
+
+
 def fusion_to_python(fusion: Fusion, fn_name: str = "nvfuser_fusion") -> str:
+    names = printed_names(fusion)
     lines = [f"def {fn_name}(fd : FusionDefinition) -> None :"]
     for stmt in fusion.statements:
-        lines.append("    " + (_expr_line(stmt) if isinstance(stmt, Expr) else _declared_line(stmt)))
+        line = _expr_line(stmt, names) if isinstance(stmt, Expr) else _declared_line(stmt, names)
+        if line is not None:
+            lines.append("    " + line)
     for val, alias in fusion.output_log:
-        lines.append(f"    fd.add_output({val.name}{'' if alias is None else ', ' + alias.name})")
+        lines.append(f"    fd.add_output({format_value(val, names)}{'' if alias is None else ', ' + names[id(alias)]})")
     return "\n".join(lines) + "\n"

@@ -1,0 +1,86 @@
+"""``fd.fusion.print_math()``: the fusion's math in nvFuser's text layout.
+
+Tensors print as ``T<n>_g_<ctype>[<dims>]`` where each dim is ``<kind>S<id>{<extent>}`` (kind ``i`` iteration,
+``b`` broadcast, ``r`` reduction; a symbolic extent prints as ``i<id>``). Binary arithmetic prints infix, other
+ops as calls with their attributes. Names are numbered per fusion, in creation order.
+"""
+
+from __future__ import annotations
+
+from ..ir.dtypes import DataType
+from ..ir.nodes import Expr, Scalar, TensorView, Val, Vector
+
+_CTYPES = {
+    DataType.Double: "double", DataType.Float: "float", DataType.Half: "__half", DataType.BFloat16: "__bfloat",
+    DataType.Int: "int64_t", DataType.Int32: "int", DataType.UInt64: "uint64_t", DataType.Index: "nvfuser_index_t",
+    DataType.Bool: "bool", DataType.Float8_e4m3fn: "__e4m3", DataType.Float8_e5m2: "__e5m2",
+    DataType.Float8_e8m0fnu: "__e8m0", DataType.Float4_e2m1fn: "__e2m1", DataType.Float4_e2m1fn_x2: "__e2m1x2",
+    DataType.ComplexFloat: "std::complex<float>", DataType.ComplexDouble: "std::complex<double>",
+}
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+
+
+class _Names:
+    def __init__(self):
+        self.tensors: dict[int, str] = {}
+        self.scalars: dict[int, str] = {}
+        self.dim_id = 0
+
+    def tensor(self, tv: TensorView) -> str:
+        text = self.tensors.get(id(tv))
+        if text is None:
+            dims = []
+            for d in tv.domain:
+                kind = "r" if d.is_reduction else ("b" if d.is_broadcast else "i")
+                extent = f"i{self.dim_id}" if d.extent is None else str(d.extent)
+                dims.append(f"{kind}S{self.dim_id}{{{extent}}}")
+                self.dim_id += 1
+            mem = "g" if tv.fusion is not None else "l"
+            text = f"T{len(self.tensors)}_{mem}_{_CTYPES.get(tv.dtype, tv.dtype.name.lower())}[{', '.join(dims)}]"
+            self.tensors[id(tv)] = text
+        return text
+
+    def val(self, v) -> str:
+        if isinstance(v, TensorView):
+            return self.tensor(v)
+        if isinstance(v, Scalar):
+            if v.is_constant:
+                return repr(v.value)
+            name = self.scalars.get(id(v))
+            if name is None:
+                name = self.scalars[id(v)] = f"i{len(self.scalars)}" if v.dtype in (DataType.Int, DataType.Index,
+                                                                                  DataType.Int32) else f"d{len(self.scalars)}"
+            return name
+        if isinstance(v, Vector):
+            return "{" + ", ".join(self.val(e) for e in v.elements) + "}"
+        if isinstance(v, (list, tuple)):
+            return "{" + ", ".join(self.val(e) for e in v) + "}"
+        if isinstance(v, DataType):
+            return v.name
+        return repr(v)
+
+
+def math_text(fusion) -> str:
+    names = _Names()
+    for v in fusion.inputs:  # inputs get the first numbers, as in nvFuser
+        names.val(v)
+    lines = ["Inputs:"] + [f"  {names.val(v)}" for v in fusion.inputs]
+    body = []
+    for e in fusion.statements:
+        if not isinstance(e, Expr):
+            continue
+        outs = [names.val(o) for o in e.outputs]
+        args = [names.val(a) for a in e.args if isinstance(a, Val) or isinstance(a, (list, tuple))]
+        lhs = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
+        tensor_args = [a for a in e.args if isinstance(a, Val)]
+        if e.op.name in _INFIX and len(e.args) == 2 and len(tensor_args) >= 1:
+            a, b = (names.val(x) for x in e.args)
+            body.append(f"{lhs}\n   = {a}\n   {_INFIX[e.op.name]} {b};")
+            continue
+        attrs = [f"{k}={names.val(v)}" for k, v in e.kwargs.items()]
+        attrs += [names.val(a) for a in e.args if not isinstance(a, (Val, list, tuple))]
+        body.append(f"{lhs}\n   = {e.op.name}({', '.join(args + attrs)});")
+    outputs = [names.val(v) for v in fusion.all_outputs()]
+    lines += ["Outputs:"] + [f"  {o}" for o in outputs]
+    lines += ["", "%kernel_math {"] + body + ["} // %kernel_math ", "", ""]
+    return "\n".join(lines)
