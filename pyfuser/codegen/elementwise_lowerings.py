@@ -8,6 +8,8 @@ here (random draws, complex, gcd, logical_right_shift, isreal, integer pow) run 
 from __future__ import annotations
 
 from ..ops.registry import attach
+from ..segment.loop_domain import NotFusable
+from .kernel_builder import KernelBuilder, KValue
 from .lowering import cast_lowering, elementwise as _triton
 
 _LD = "libdevice.{}({{0}})"
@@ -19,10 +21,14 @@ _TRITON = {
     # libdevice wants both operands in one dtype: a bare 1.0 would be fp32 against a Double operand.
     "reciprocal": _triton(None, "libdevice.div_rn(tl.full([], 1.0, {0}.dtype), {0})"),
     "sigmoid": _triton(None, "libdevice.div_rn(tl.full([], 1.0, {0}.dtype), 1.0 + libdevice.exp(-{0}))"),
-    "neg": _triton("-{0}"),
+    # Triton's unary minus is 0 - x: -(+0.0) would be +0.0. A product with -1 flips the sign bit of every float
+    # (zeros and infinities included); on integers 0 - x wraps INT_MIN to itself, as torch does.
+    "neg": _triton("-{0}", "{0} * -1.0"),
     "abs": _triton("tl.abs({0})"),
-    "sign": _triton("tl.where({0} > 0, 1, tl.where({0} < 0, -1, {0}))"),
-    "relu": _triton("tl.where({0} < 0, 0, {0})"),
+    # torch's sign is (0 < x) - (x < 0): 0 for NaN, +0.0 for -0.0.
+    "sign": _triton("tl.where({0} > 0, 1, tl.where({0} < 0, -1, 0)).to({0}.dtype)"),
+    # relu is clamp_min(x, 0): NaN stays, and (IEEE max, as on CUDA) relu(-0.0) is +0.0.
+    "relu": _triton("tl.maximum({0}, 0)", "tl.where({0} != {0}, {0}, tl.maximum({0}, 0.0))"),
     "ceil": _triton("{0}", "libdevice.ceil({0})"),
     "floor": _triton("{0}", "libdevice.floor({0})"),
     "round": _triton("{0}", "libdevice.rint({0})"),
@@ -43,13 +49,14 @@ _TRITON = {
     "add": _triton("{0} + {1}"),
     "sub": _triton("{0} - {1}"),
     "mul": _triton("{0} * {1}"),
-    # Integer div truncates; Triton's // on signed integers is C division, as is its %.
-    "div": _triton("{0} // {1}", "libdevice.div_rn({0}, {1})"),
+    "div": _triton(None, "libdevice.div_rn({0}, {1})"),
     "truediv": _triton(None, "libdevice.div_rn({0}, {1})"),
     "atan2": _triton(None, "libdevice.atan2({0}, {1})"),
-    "fmod": _triton("{0} % {1}"),
-    "mod": _triton("{0} % {1}"),
-    "remainder": _triton("_remainder({0}, {1})"),
+    # libdevice's fmod is C's fmod, as ATen's: the result (a zero too) has the dividend's sign, and
+    # fmod(inf, y) is NaN. Triton's float % is neither.
+    "fmod": _triton(None, "libdevice.fmod({0}, {1})"),
+    "mod": _triton(None, "libdevice.fmod({0}, {1})"),
+    "remainder": _triton(None, "_remainder_adjust(libdevice.fmod({0}, {1}), {1})"),
     "pow": _triton(None, "libdevice.pow({0}, {1})"),
     "nextafter": _triton(None, "libdevice.nextafter({0}, {1})"),
     "minimum": _triton("_min_nan({0}, {1})"),
@@ -75,6 +82,35 @@ _TRITON = {
     "addcmul": _triton("{0} + {3} * {1} * {2}"),
 }
 
+
+
+
+def _integer_division(name: str, float_lower, int_template: str):
+    """div/fmod/remainder: floats through ``float_lower``; integers only by a non-zero constant divisor.
+
+    Eager integer division by zero raises on CPU (ZeroDivisionError) and returns device-specific values on CUDA,
+    and a kernel can do neither: with a tensor (or run-time scalar) divisor the op runs on ATen, which is eager.
+    A divisor of -1 is written out: C division of INT_MIN by -1 is undefined (it traps on x86), torch wraps it
+    (INT_MIN // -1 == INT_MIN, INT_MIN % -1 == 0)."""
+
+    def lower(node, kb: KernelBuilder, a, b):
+        compute = (node.info.get("cast") or [None, None])[-1]
+        if compute is None or compute.is_floating_point or compute.is_complex:
+            return float_lower(node, kb, a, b)
+        if isinstance(b, KValue) or not isinstance(b, (bool, int, float)):
+            raise NotFusable(f"fd.ops.{name} with an integer divisor that is not a constant runs on ATen: a kernel "
+                             "cannot raise on a zero divisor as eager does")
+        if int(b) == 0:
+            raise NotFusable(f"fd.ops.{name} by the integer constant 0 runs on ATen (eager raises)")
+        template = ("0 - {0}" if name == "div" else "{0} * 0") if int(b) == -1 else int_template
+        return _triton(template)(node, kb, a, b)
+
+    return lower
+
+
+for _name, _tpl in (("div", "{0} // {1}"), ("fmod", "{0} % {1}"), ("mod", "{0} % {1}"),
+                    ("remainder", "_remainder_adjust({0} % {1}, {1})")):
+    _TRITON[_name] = _integer_division(_name, _TRITON[_name], _tpl)
 
 for _name, _lower in _TRITON.items():
     attach(_name, lower=_lower)

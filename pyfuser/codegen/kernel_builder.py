@@ -51,21 +51,41 @@ def _mul_combine(a, b):
 
 @triton.jit
 def _max_nan(a, b):
-    # torch.amax propagates NaN; tl.maximum alone would drop it.
-    return tl.where(a != a, a, tl.where(a > b, a, b))
+    # torch.maximum/amax propagate NaN (either operand); tl.maximum alone would drop it. tl.maximum itself is
+    # IEEE's maximum, like CUDA's fmax that ATen uses: max(-0.0, +0.0) is +0.0 in either order.
+    return tl.where(a != a, a, tl.where(b != b, b, tl.maximum(a, b)))
 
 
 @triton.jit
 def _min_nan(a, b):
-    return tl.where(a != a, a, tl.where(a < b, a, b))
+    return tl.where(a != a, a, tl.where(b != b, b, tl.minimum(a, b)))
 
 
 @triton.jit
-def _remainder(a, b):
-    # Python/torch remainder: the result takes the divisor's sign (Triton's % takes the dividend's).
-    r = a % b
+def _remainder_adjust(r, b):
+    # Python/torch remainder from a C remainder r (fmod, or % on integers, both take the dividend's sign): move
+    # a non-zero r to the divisor's sign. A zero keeps the dividend's sign, as ATen's remainder does.
     return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
 '''
+
+# Options every generated kernel is compiled with (the launcher passes them to the JIT launch; the interpreter
+# ignores them). Triton compiles libdevice in its flush-to-zero flavour by default: fp32 ceil/floor/sqrt/div_rn/
+# exp/... then read and write subnormals as 0 (measured on the H200: ceil(1.5e-39) = 0, 0 / 1.5e-39 = NaN),
+# where ATen's CUDA kernels keep them. Plain arithmetic and comparisons never flush.
+COMPILE_OPTIONS = {"enable_reflect_ftz": False}
+
+
+_INT_OF_WIDTH = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits_if_not_normal(value: float, dtype: torch.dtype) -> Optional[int]:
+    """The bit pattern (as a signed integer of the dtype's width) of ``value`` rounded to ``dtype`` when that is
+    a zero or a subnormal; None for normal numbers, infinities and NaN."""
+    t = torch.tensor(value, dtype=torch.float64).to(dtype)
+    v = float(t)
+    if v != v or abs(v) == float("inf") or abs(v) >= torch.finfo(dtype).tiny:
+        return None
+    return int(t.view(_INT_OF_WIDTH[dtype.itemsize]))
 
 
 def _is_fp8(dtype: torch.dtype) -> bool:
@@ -149,13 +169,24 @@ class KernelBuilder:
         """A literal converted to ``dtype`` the way a cast would (2.7 as an int is 2)."""
         if dtype.is_floating_point:
             value = float(value)  # also numpy scalars, whose repr is not Triton source
+            bits = _bits_if_not_normal(value, dtype)
+            if bits is not None:
+                # -0.0 and subnormals as their bit pattern: Triton turns a zero constant into +0.0 (tl.full's
+                # null value, and '-0.0' in source is 0 - 0.0), and types an fp32-subnormal Python float as fp64.
+                int_dt = _INT_OF_WIDTH[dtype.itemsize]
+                return self.op(f"tl.full([], {bits}, {TL_DTYPE[int_dt]}).to({TL_DTYPE[dtype]}, bitcast=True)", [], dtype)
             lit = repr(value) if value == value and abs(value) != float("inf") else f'float("{value}")'
             if dtype != torch.float32:  # a bare float literal is fp32 in Triton
                 return self.op(f"tl.full([], {lit}, {TL_DTYPE[dtype]})", [], dtype)
         elif dtype == torch.bool:
             lit = "1" if value else "0"  # as a cast to Bool: any non-zero value is True
         else:
-            lit = repr(int(value))
+            value = int(value)
+            if not -2**31 <= value < 2**31:
+                # Triton types a bare literal outside int32 as int64 or uint64 (and '-9223372036854775808' is a
+                # negation of a uint64): say the dtype.
+                return self.op(f"tl.full([], {value}, {TL_DTYPE[dtype]})", [], dtype)
+            lit = repr(value)
         return self._add(KValue("const", dtype, template=lit))
 
     def op(self, template: str, operands: list, dtype: torch.dtype) -> KValue:
