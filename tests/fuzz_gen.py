@@ -77,6 +77,8 @@ class Val:
     special: bool = False  # may hold NaN/inf
     lo: float = 0.0  # when > 0: every value is >= lo (so it is a safe divisor)
     scalar: bool = False  # a symbolic scalar input (a Python number at execute)
+    # ops on this value's path that may legitimately decide the sign of a zero differently (ZERO_SIGN_OPS)
+    zero_ops: frozenset = frozenset()
 
     @property
     def rank(self) -> int:
@@ -209,7 +211,7 @@ def broadcast_shapes(vals: list) -> tuple[tuple, tuple]:
             k = d - (rank - v.rank)
             if k >= 0:
                 sizes.append((v.shape[k], v.bcast[k]))
-        n = max(s for s, _ in sizes)
+        n = 0 if any(s == 0 for s, _ in sizes) else max(s for s, _ in sizes)
         for s, b in sizes:
             if s != n and not (s == 1 and b):
                 raise Skip(f"shapes do not broadcast: {[v.shape for v in vals]}")
@@ -270,6 +272,11 @@ LOGICAL = {"logical_and": torch.logical_and, "logical_or": torch.logical_or}
 BITWISE = {"bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or, "bitwise_xor": torch.bitwise_xor}
 DIVISION = {"div", "truediv", "fmod", "remainder"}
 REDUCTIONS = {"sum", "max", "min", "prod", "var", "var_mean"}
+# Ops whose zero results may carry either sign depending on things eager does not fix: reductions combine ±0
+# (and pad with +0) in an order of their own; on CPU, ATen's relu/maximum/minimum/clamp give a zero's sign by
+# vectorized-vs-scalar loop (the kernels follow CUDA: max(+0, -0) = +0, min = -0, relu(-0) = +0).
+ZERO_SIGN_OPS = {"sum", "max", "min", "prod", "var", "var_mean", "relu", "maximum", "minimum", "clamp"}
+ZERO_SIGN_OPS_EVERYWHERE = {"sum", "max", "min", "prod", "var", "var_mean"}
 VIEWS = {"permute", "broadcast_in_dim", "broadcast", "expand", "squeeze", "reshape", "slice"}
 
 
@@ -311,12 +318,13 @@ class Builder:
         if dtype == BOOL:
             mag = 1.0
         elif dtype in INTS:
-            mag = 5.0
+            mag = float(torch.iinfo(dtype).max) if dist == "special" else 5.0
         else:
             mag = 2.0 if dist == "discrete" else 3.0
-        v = Val(self._name("t"), shape, dtype, tuple(s == 1 for s in shape), mag=mag, special=dist == "special")
+        v = Val(self._name("t"), shape, dtype, tuple(s == 1 for s in shape), mag=mag,
+                special=dist == "special" and dtype in FLOATS)
         _mark_nonneg(v, dtype == BOOL)
-        self.program.inputs.append(InputSpec(v, layout, dist if dtype in FLOATS else "normal", seed))
+        self.program.inputs.append(InputSpec(v, layout, dist if dtype != BOOL else "normal", seed))
         self.values.append(v)
         return v
 
@@ -330,6 +338,11 @@ class Builder:
 
     # --- ops ------------------------------------------------------------------------------------------------
     def _emit(self, name, args, kwargs, outs, compute=None):
+        inherited = frozenset().union(*[a.zero_ops for a in args if isinstance(a, Val)])
+        if name in ZERO_SIGN_OPS:
+            inherited |= {name}
+        for o in outs:
+            o.zero_ops = o.zero_ops | inherited
         self.program.ops.append(Op(name, tuple(args), dict(kwargs), outs, compute))
         self.values.extend(outs)
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -664,17 +677,20 @@ def make_input(spec: InputSpec, device) -> Any:
             t = torch.randint(0, 2, storage_shape, generator=g).bool()
         elif dt in INTS:
             t = torch.randint(-5, 6, storage_shape, generator=g).to(dt)
+            if spec.dist == "special":  # integer extremes among small values
+                ii = torch.iinfo(dt)
+                extremes = torch.tensor([ii.min, ii.max, ii.min + 1, 0, -1], dtype=dt)
+                _sprinkle(t.view(-1), extremes, g)
         else:
             if spec.dist == "discrete":  # halves in [-2, 2]: ties for comparisons, max/min and round
                 t = torch.randint(-4, 5, storage_shape, generator=g).double() * 0.5
+                # half of the zeros negative: exact chains then check the sign of zero bit for bit
+                t = torch.where((t == 0) & (torch.rand(storage_shape, generator=g) < 0.5), -0.0, t)
             else:
                 t = torch.randn(storage_shape, generator=g, dtype=torch.float64).clamp(-3, 3)
-            if spec.dist == "special" and t.numel() >= 2:
-                flat = t.view(-1)
-                idx = torch.randperm(flat.numel(), generator=g)[: max(1, flat.numel() // 8)]
-                specials = torch.tensor([float("nan"), float("inf"), float("-inf")], dtype=torch.float64)
-                flat[idx] = specials[torch.randint(0, 3, (idx.numel(),), generator=g)]
             t = t.to(dt)
+            if spec.dist == "special":
+                _sprinkle(t.view(-1), special_floats(dt), g)
         return t.to(device)
 
     layout = spec.layout
@@ -700,7 +716,27 @@ def make_input(spec: InputSpec, device) -> Any:
         t = fill([shape[d] for d in order])
         inverse = [order.index(d) for d in range(len(order))]
         return t.permute(inverse)
+    if layout == "negbit":  # a view with the negative bit set: memory holds -value
+        return torch._neg_view(torch.neg(fill(shape)))
+    if layout == "conjimag":  # the imaginary part of a conjugated complex tensor (negative bit set)
+        t = fill(shape)
+        return torch.complex(torch.zeros_like(t), torch.neg(t)).conj().imag
     raise ValueError(layout)
+
+
+def special_floats(dt: torch.dtype) -> torch.Tensor:
+    """NaN, ±inf, ±0, subnormals (of ``dt`` itself) and the smallest normal number."""
+    fi = torch.finfo(dt)
+    return torch.tensor([math.nan, math.inf, -math.inf, 0.0, -0.0, fi.tiny / 4, -fi.tiny / 2, fi.tiny],
+                        dtype=torch.float64).to(dt)
+
+
+def _sprinkle(flat: torch.Tensor, values: torch.Tensor, g: torch.Generator) -> None:
+    """Overwrite about an eighth of ``flat`` (at least one element) with draws from ``values``."""
+    if flat.numel() == 0:
+        return
+    idx = torch.randperm(flat.numel(), generator=g)[: max(1, flat.numel() // 8)]
+    flat[idx] = values[torch.randint(0, values.numel(), (idx.numel(),), generator=g)]
 
 
 def make_inputs(program: Program, device) -> list:
@@ -717,6 +753,9 @@ def relaid_inputs(program: Program, inputs: list) -> Optional[list]:
             out.append(x)
         elif spec.layout in ("sliced", "strided", "offset", "head"):
             out.append(x.contiguous())
+            moved = True
+        elif spec.layout in ("negbit", "conjimag"):  # the same values without the negative bit
+            out.append(x.resolve_neg().clone())
             moved = True
         elif spec.layout == "contiguous":
             buf = torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)
@@ -908,6 +947,8 @@ class Generator:
         while math.prod(shape) > MAX_NUMEL // 2:
             i = r.randrange(rank)
             shape[i] = max(1, shape[i] // 2)
+        if r.random() < 0.03:  # an empty tensor
+            shape[r.randrange(rank)] = 0
         return tuple(shape)
 
     def new_input(self, shape, dtype=None) -> Val:
@@ -922,6 +963,10 @@ class Generator:
             options += ["expanded"] * 2
         if len(shape) >= 3:
             options += ["permuted"] * 2
+        if dtype != BOOL:
+            options += ["negbit"]
+        if dtype in (F32, F64):
+            options += ["conjimag"]
         layout = r.choice(options) if shape else "contiguous"
         if layout == "expanded":
             layout += str(r.choice(big))
@@ -930,7 +975,7 @@ class Generator:
             while order == sorted(order):
                 r.shuffle(order)
             layout += "".join(map(str, order))
-        dist = r.choices(["normal", "discrete", "special"], [70, 22, 8])[0]
+        dist = r.choices(["normal", "discrete", "special"], [66, 22, 12])[0]
         self._input_seed += 1
         v = self.b.input(shape, dtype, layout, dist, self._input_seed)
         self.b.program.inputs[-1].static_sizes = r.random() < 0.15
@@ -1160,7 +1205,7 @@ class Generator:
 
     def gen_softmax(self):
         r = self.rng
-        x = self.pick(lambda v: not v.scalar and v.rank >= 1 and v.is_float and not v.special)
+        x = self.pick(lambda v: not v.scalar and v.rank >= 1 and v.is_float and not v.special and v.numel > 0)
         if x.mag > 3:
             x = self.b.apply("tanh", x)
         d = r.randrange(x.rank)
@@ -1180,7 +1225,7 @@ class Generator:
 
     def gen_layernorm(self):
         r = self.rng
-        x = self.pick(lambda v: not v.scalar and v.rank >= 1 and v.is_float)
+        x = self.pick(lambda v: not v.scalar and v.rank >= 1 and v.is_float and v.numel > 0)
         nd = 1 if x.rank == 1 or r.random() < 0.6 else 2
         dims = list(range(x.rank - nd, x.rank)) if r.random() < 0.7 else sorted(r.sample(range(x.rank), nd))
         kept = [k for k in range(x.rank) if k not in dims]
@@ -1238,6 +1283,8 @@ class Generator:
                 outputs.insert(0, v)
         if r.random() < 0.03:
             outputs.append(self.b.program.inputs[0].val)
+        if r.random() < 0.04:  # one value output twice
+            outputs.append(outputs[r.randrange(len(outputs))])
         for v in outputs:
             self.b.output(v)
         return self.b.program
