@@ -150,6 +150,26 @@ def _nvfp4_gemm(mk):
     return g.as_list(), lambda fd, *vals: [fd.ops.cutlass_nvfp4_grouped_mm(*vals, dtype=DataType.BFloat16)]
 
 
+def _scaled_mm(kind):
+    """FP8 (per-tensor scales) and NVFP4 (swizzled block scales) operands; the layouts are the op's contract."""
+
+    def setup(mk):
+        if kind == "fp8":
+            a = make((16, 32)).to(torch.float8_e4m3fn)
+            b = make((24, 32)).to(torch.float8_e4m3fn).t()
+            scales = [torch.tensor(0.5, device=DEVICE), torch.tensor(2.0, device=DEVICE)]
+        else:
+            from pyfuser.nvfp4 import reference as nvfp4
+
+            a, sa = nvfp4.quantize_nvfp4(make((40, 64)), None, 16)
+            b, sb = nvfp4.quantize_nvfp4(make((24, 64)), None, 16)
+            b = b.t()
+            scales = [nvfp4.linear_to_swizzled_128_4(sa), nvfp4.linear_to_swizzled_128_4(sb)]
+        return [a, b, *scales], lambda fd, *vals: [fd.ops.scaled_mm(*vals)[0]]
+
+    return setup
+
+
 CASES = [
     Case("mm", "matmul", _matmul((3, 4), (4, 5))),
     Case("dot", "matmul", _matmul((4,), (4,))),
@@ -188,6 +208,8 @@ CASES = [
     Case("cols", "grouped_mm", _grouped_mm("cols")),
     Case("k", "grouped_mm", _grouped_mm("k")),
     Case("upstream", "cutlass_nvfp4_grouped_mm", _nvfp4_gemm),
+    Case("fp8", "scaled_mm", _scaled_mm("fp8")),
+    Case("nvfp4", "scaled_mm", _scaled_mm("nvfp4")),
 ]
 
 

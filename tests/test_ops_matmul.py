@@ -666,9 +666,9 @@ def _bwd_specs(q=(2, 3, 5, 8), lse=(2, 3, 5), lse_dt=F, dt=F, grad_dt=None):
 
 
 BWD_ERRORS = {
-    "lse_rank": (_bwd_specs(lse=(2, 3)), FusionDefinitionError, "'log_sumexp' must have rank 3"),
-    "lse_dtype": (_bwd_specs(lse_dt=B), FusionDtypeError, "'log_sumexp' has DataType.BFloat16"),
-    "lse_extent": (_bwd_specs(lse=(2, 3, 6)), FusionDefinitionError, "dim 2 of 'log_sumexp'"),
+    "lse_rank": (_bwd_specs(lse=(2, 3)), FusionDefinitionError, "'logsumexp' must have rank 3"),
+    "lse_dtype": (_bwd_specs(lse_dt=B), FusionDtypeError, "'logsumexp' has DataType.BFloat16"),
+    "lse_extent": (_bwd_specs(lse=(2, 3, 6)), FusionDefinitionError, "dim 2 of 'logsumexp'"),
     "grad_dtype": (_bwd_specs(dt=H, grad_dt=B), FusionDtypeError, "same dtype"),
     "rank3": (_bwd_specs(q=(3, 5, 8), lse=(3, 5)), FusionDefinitionError, "rank >= 4"),
 }

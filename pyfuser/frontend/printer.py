@@ -144,7 +144,10 @@ def _expr_line(e: Expr, names: dict) -> str:
     defaults = _defaults(e.op)
     args += [f"{k}={format_value(v, names)}" for k, v in e.kwargs.items()
              if not _is_default(v, defaults.get(k, _NO_DEFAULT))]
-    lhs = ", ".join(names[id(o)] for o in e.outputs)
+    lhs_names = [names[id(o)] for o in e.outputs]
+    # Ops whose call returns more slots than values (scaled_mm's (out, None, None)) print "_" for the rest.
+    lhs_names += ["_"] * (e.info.get("result_slots", 0) - len(lhs_names)) if e.info else []
+    lhs = ", ".join(lhs_names)
     return f"{lhs} = fd.ops.{e.op.name}({', '.join(args)})"
 
 

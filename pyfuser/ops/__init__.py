@@ -10,4 +10,5 @@ from . import factory  # noqa: F401
 from . import misc  # noqa: F401
 from . import grouped_mm  # noqa: F401
 from . import narrow_precision  # noqa: F401
+from . import scaled  # noqa: F401
 from .registry import OpDef, OpKind, OpResult, all_ops, get, register  # noqa: F401

@@ -563,9 +563,11 @@ def _sdpa_bwd_meta(
 
 
 @register("sdpfa_bwd", OpKind.ATEN, _sdpa_bwd_eval, meta=_sdpa_bwd_meta)
-def sdpfa_bwd(grad_output, query, key, value, output, log_sumexp, dropout_p, is_causal, philox_seed, philox_offset, scale=None):
-    """fd.ops.sdpfa_bwd(grad_output, query, key, value, output, log_sumexp, dropout_p, is_causal, philox_seed,
-    philox_offset, scale=None) -> (grad_query, grad_key, grad_value), laid out like query, key, value."""
+def sdpfa_bwd(grad_output, query, key, value, output, logsumexp, dropout_p, is_causal, philox_seed, philox_offset, scale=None):
+    """fd.ops.sdpfa_bwd(grad_output, query, key, value, output, logsumexp, dropout_p, is_causal, philox_seed,
+    philox_offset, scale=None) -> (grad_query, grad_key, grad_value), laid out like query, key, value.
+
+    ``logsumexp`` is nvFuser's current keyword (it was ``log_sumexp`` before)."""
     op = "sdpfa_bwd"
     do, q, k, v, o = _attention_operands(
         op, [("grad_output", grad_output), ("query", query), ("key", key), ("value", value), ("output", output)]
@@ -579,11 +581,11 @@ def sdpfa_bwd(grad_output, query, key, value, output, log_sumexp, dropout_p, is_
     for name, tv in (("grad_output", do), ("output", o)):
         for i, (d, t) in enumerate(zip(tv.logical, out_dims)):
             _check_equal(op, [d, t], f"dim {i} of '{name}' and of the attention output [N*, H, Q, Ev]")
-    lse = _float_tensor(op, log_sumexp, "log_sumexp", (DataType.Float,))
+    lse = _float_tensor(op, logsumexp, "logsumexp", (DataType.Float,))
     if lse.ndim != r - 1:
-        fail(op, f"argument 'log_sumexp' must have rank {r - 1} ([N*, H, Q]), got rank {lse.ndim}")
+        fail(op, f"argument 'logsumexp' must have rank {r - 1} ([N*, H, Q]), got rank {lse.ndim}")
     for i, (d, t) in enumerate(zip(lse.logical, batch + [lq[-2]])):
-        _check_equal(op, [d, t], f"dim {i} of 'log_sumexp' and of [N*, H, Q]")
+        _check_equal(op, [d, t], f"dim {i} of 'logsumexp' and of [N*, H, Q]")
     seed = require_tensor(op, philox_seed, "philox_seed")
     offset = require_tensor(op, philox_offset, "philox_offset")
     _check_dropout(op, dropout_p)

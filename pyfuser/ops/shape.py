@@ -316,6 +316,12 @@ def permute(arg, dims):
 def _squeeze_eval(node, arg, dims, squeeze_expanded=False):
     # Indexing a dim with 0 removes it: a view, for a size-1 dim and for an expanded (stride-0) dim alike.
     drop = set(dims)
+    source = node.inputs[0].logical
+    for d in dims:
+        # A squeezed dim that was not a broadcast when defined (symbolic extent) must be 1 now; this also runs
+        # on meta tensors when a runtime is built, so kernels never see another extent.
+        if arg.shape[d] != 1 and not source[d].expanded:
+            raise ValueError(f"fd.ops.squeeze: dim {d} has extent {arg.shape[d]} at run time; only extent 1 can be squeezed")
     return arg[tuple(0 if d in drop else _py_slice(None) for d in range(arg.dim()))]
 
 
@@ -330,8 +336,9 @@ def squeeze(arg, dims, squeeze_expanded: bool = False):
     norm = normalize_dims(op, _plain_int_list(op, dims, "dims"), tv.ndim, "dims")
     for d in norm:
         dom = tv.logical[d]
-        if not dom.is_broadcast:
+        if not dom.is_broadcast and dom.extent not in (None, 1):
             fail(op, f"argument 'dims': dim {d} ({dom!r}) is not a broadcast dim and cannot be squeezed")
+        # A symbolic (or static 1) non-broadcast extent is allowed, as nvFuser allows it: it must be 1 at run time.
         if dom.expanded and not squeeze_expanded:
             fail(op, f"argument 'dims': dim {d} is an expanded broadcast ({dom!r}); pass squeeze_expanded=True to remove it")
     domain = [dom for i, dom in enumerate(tv.logical) if i not in norm]
