@@ -181,7 +181,7 @@ def run_case(name, fd, eager, inputs, copy_bw, compiled_cache):
     outs = fd.execute(inputs)
     check(outs, eager(*inputs), name)
     kinds = [s.kind.value for s in fd.segments()]
-    runs = ["triton" if getattr(e, "plan", None) else "aten" for e in fd.last_runtime().executors]
+    runs = [r.runs_as for r in fd.last_execution()]
     compiled = compiled_cache.setdefault(eager, torch.compile(eager))
     check(compiled(*inputs), eager(*inputs), name + " (compile)")
     t_pf = bench(lambda: fd.execute(inputs))

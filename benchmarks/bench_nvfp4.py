@@ -9,7 +9,7 @@ Sections (each runs even if another fails; an error is printed and recorded in t
 (b) NVFP4 grouped GEMM (fd.ops.cutlass_nvfp4_grouped_mm and the raw launcher) vs bf16 torch._grouped_mm and vs
     dequantize-the-weights-then-bf16-_grouped_mm, at decode shapes (8 experts, 1/16/64 tokens each, K=4096,
     N=2048 and 14336) and prefill (8192 tokens over 8 experts).
-(c) the MoE layer of pyfuser/nvfp4/moe.py (one pyfuser fusion) vs its bf16 version, eager and torch.compile.
+(c) the MoE layer of pyfuser/demo/moe_nvfp4.py (one pyfuser fusion) vs its bf16 version, eager and torch.compile.
 
 Every implementation is checked against a reference before it is timed. Times are medians of
 triton.testing.do_bench (CUDA events). Bytes are the fewest an implementation must move (inputs read once,
@@ -38,7 +38,7 @@ import triton.testing
 from pyfuser import DataType, FusionDefinition
 from pyfuser.nvfp4 import reference as ref
 
-from pyfuser.nvfp4 import moe as moe_nvfp4  # noqa: E402
+from pyfuser.demo import moe_nvfp4  # noqa: E402
 
 E = 8  # experts in every GEMM / layout case
 DECODE_TOKENS_PER_EXPERT = (1, 16, 64)
@@ -182,7 +182,7 @@ def layout_cases(quick: bool):
 
 
 def bench_layout(dev, timer, copy_bw, quick):
-    from pyfuser.nvfp4 import layout_kernels
+    from pyfuser.kernels import nvfp4_layout as layout_kernels
 
     K, cases = layout_cases(quick)
     rows = []
@@ -289,7 +289,7 @@ def dequantize_bf16(packed, scales_linear, alpha):
 
 
 def bench_gemm(dev, timer, copy_bw, quick):
-    from pyfuser.nvfp4 import grouped_gemm, layout_kernels
+    from pyfuser.kernels import nvfp4_grouped_gemm as grouped_gemm, nvfp4_layout as layout_kernels
 
     rows = []
     fd = _gemm_fusion()
@@ -511,7 +511,7 @@ def report(out_dir, meta, sections, errors, targets):
             continue
         L.append(f"| {r['case']} | {r['impl']} | {r['ms']:.4f} | {_f(r.get('speedup_vs_bf16'), '.2f')}x | "
                  f"{r['GBs']:.0f} | {r['pct_copy_bw']:.0f}% | {r['TFLOPs']:.1f} | {r['rel_err_vs_nvfp4_reference']:.2e} |")
-    L += ["", "## (c) MoE layer (pyfuser/nvfp4/moe.py)", "",
+    L += ["", "## (c) MoE layer (pyfuser/demo/moe_nvfp4.py)", "",
           "| tokens | H / I / E / top-k | impl | ms | vs bf16 eager | vs bf16 compile | rel. err vs bf16 (max / mean per token) | segments (runs) |",
           "|---|---|---|---|---|---|---|---|"]
     for r in sections.get("moe") or []:

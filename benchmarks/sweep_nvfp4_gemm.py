@@ -1,4 +1,4 @@
-"""Sweep tile configs of the NVFP4 grouped GEMM (pyfuser.nvfp4.grouped_gemm) against bf16 torch._grouped_mm.
+"""Sweep tile configs of the NVFP4 grouped GEMM (pyfuser.kernels.nvfp4_grouped_gemm) against bf16 torch._grouped_mm.
 
 Run on the GPU machine:  python benchmarks/sweep_nvfp4_gemm.py --jobs 14 --profile --out <path>.json
 
@@ -39,7 +39,7 @@ import triton
 import triton.testing
 
 from pyfuser.nvfp4 import reference
-from pyfuser.nvfp4.grouped_gemm import GemmConfig, default_config, nvfp4_grouped_mm
+from pyfuser.kernels.nvfp4_grouped_gemm import GemmConfig, default_config, nvfp4_grouped_mm
 
 G, K = 8, 4096
 NS = (2048, 14336)
@@ -199,7 +199,7 @@ def profile(fn, calls=20) -> dict:
 
 def host_breakdown(ops) -> dict:
     """Host (Python) cost of the launcher's steps on this machine's CPU, in us per call."""
-    from pyfuser.nvfp4 import grouped_gemm as gg
+    from pyfuser.kernels import nvfp4_grouped_gemm as gg
 
     def per_call(f, n=200):
         f()
@@ -221,13 +221,13 @@ def host_breakdown(ops) -> dict:
 
 
 def _without_fast_launch(f):
-    from pyfuser.nvfp4 import launch
+    from pyfuser.codegen import launcher
 
-    saved, launch._FAST_LAUNCH = launch._FAST_LAUNCH, False
+    saved, launcher._direct_enabled = launcher._direct_enabled, False
     try:
         return f()
     finally:
-        launch._FAST_LAUNCH = saved
+        launcher._direct_enabled = saved
 
 
 def _baseline_fn(path):

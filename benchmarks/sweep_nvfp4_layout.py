@@ -1,4 +1,4 @@
-"""Sweep the tile configs of the NVFP4 layout-op and quantize kernels (pyfuser.nvfp4.layout_kernels) on the GPU.
+"""Sweep the tile configs of the NVFP4 layout-op and quantize kernels (pyfuser.kernels.nvfp4_layout) on the GPU.
 
 Run on the GPU machine:  PYTHONPATH=$PWD python3 benchmarks/sweep_nvfp4_layout.py [--jobs 12] [--out sweep.json]
 CPU smoke run:           TRITON_INTERPRET=1 PYTHONPATH=$PWD python3 benchmarks/sweep_nvfp4_layout.py --smoke
@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.testing
 
-from pyfuser.nvfp4 import layout_kernels as lk
+from pyfuser.kernels import nvfp4_layout as lk
 from pyfuser.nvfp4 import reference as ref
 
 E = 8

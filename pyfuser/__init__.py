@@ -5,6 +5,7 @@
 
 from . import ops as _ops  # noqa: F401  (registers every op)
 from . import codegen as _codegen  # noqa: F401  (attaches Triton lowerings to the ops)
+from . import kernels as _kernels  # noqa: F401  (attaches hand-written Triton kernels to the ops)
 from .errors import (  # noqa: F401
     FusionDefinitionError,
     FusionDtypeError,
@@ -24,8 +25,9 @@ from .frontend.profiler import PythonProfiler  # noqa: F401
 from .frontend.version import version  # noqa: F401
 from .ir import DataType  # noqa: F401
 from .ir.nodes import Scalar, TensorView, Vector  # noqa: F401
-from .multidevice import ParallelType, execute_with_dtensors, multidevice  # noqa: F401
-from .nvfuser_names import register_as_nvfuser_direct  # noqa: F401
+
+from .multidevice import ParallelType, execute_with_dtensors, multidevice  # noqa: F401,E402
+from .nvfuser_names import register_as_nvfuser_direct  # noqa: F401,E402
 
 # pyfuser's own release; version() is the nvFuser API level it implements.
 __version__ = "0.1.0"

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pyfuser import DataType, FusionDefinition
-from pyfuser.runtime.kernel_executor import triton_usable
+from pyfuser.codegen.launcher import triton_usable
 
 from harness import DEVICE, assert_same, check_fusion, make
 
@@ -67,7 +67,7 @@ def test_issue4888_end_to_end():
     assert list(reports[1].outputs[view_name].contiguity) == [None, None, False, True]
     assert outs[0].stride() == (S * (S + 1), 0, S + 1, 1)
     # The softmax kernel reads the view with a row pitch of 65 bf16 (130 bytes): nothing may claim alignment.
-    plan = fd.last_runtime().executors[2].plan
+    plan = fd.last_runtime().kernel_step(2).plan
     view_param = f"t{plan.inputs.index(fd.fusion.outputs[0])}"
     (roff,) = [line for line in plan.source.splitlines() if f"{view_param}_roff =" in line]
     assert "* (" not in roff, roff
@@ -89,7 +89,7 @@ def test_issue4888_without_infer_contiguity_takes_the_safe_path():
     view = fd.fusion.outputs[0]
     assert list(rt.layout(view).contiguity) == [None, None, True, True]  # the old, wrong assumption
     # The softmax kernel was planned for that assumption; the guard sees the real strides and uses ATen.
-    assert rt.executors[2].last_path == "aten (layout guard)"
+    assert rt.kernel_step(2).last_path == "aten (layout guard)"
 
 
 def test_aligned_pitch_is_claimed():
@@ -148,7 +148,7 @@ def test_equal_fusions_share_compiled_kernels():
             fn(fd)
         fd.execute([x])
         fds.append(fd)
-    k1, k2 = (f.last_runtime().executors[0].kernel for f in fds)
+    k1, k2 = (f.last_runtime().kernel_step(0).launcher.fn for f in fds)
     assert k1 is k2
 
 
@@ -171,9 +171,9 @@ def test_cached_call_does_not_replan():
     with FusionDefinition() as fd:
         fd.add_output(fd.ops.exp(fd.from_pytorch(x)))
     fd.execute([x])
-    ex = fd.last_runtime().executors[0]
+    plan = fd.last_runtime().plan
     fd.execute([x])
-    assert fd.last_runtime().executors[0] is ex and fd._executor.stats["hits"] == 1
+    assert fd.last_runtime().plan is plan and fd._executor.stats["hits"] == 1
 
 
 @pytest.mark.parametrize("cols", [9, 9000])  # persistent and looped

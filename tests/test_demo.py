@@ -9,7 +9,7 @@ import torch
 
 from pyfuser import demo
 from pyfuser.__main__ import main
-from pyfuser.runtime.kernel_executor import triton_usable
+from pyfuser.codegen.launcher import triton_usable
 
 
 def test_demo_passes_every_case_on_cpu(capsys):

@@ -1,4 +1,4 @@
-"""pyfuser/nvfp4/moe.py (examples/moe_nvfp4.py): the NVFP4 MoE layer as one pyfuser fusion, at tiny sizes.
+"""pyfuser/demo/moe_nvfp4.py (examples/moe_nvfp4.py): the NVFP4 MoE layer as one pyfuser fusion, at tiny sizes.
 
 The fusion is checked
 - tightly against the example's own plain-torch NVFP4 emulation (fake-quantized activations, weights decoded from
@@ -19,7 +19,7 @@ from harness import DEVICE
 from pyfuser import FusionDefinition
 from pyfuser.nvfp4 import reference as ref
 
-from pyfuser.nvfp4 import moe
+from pyfuser.demo import moe_nvfp4 as moe
 
 TINY = moe.MoEConfig(hidden=128, intermediate=64, experts=4, top_k=2)
 

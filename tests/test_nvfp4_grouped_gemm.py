@@ -1,4 +1,4 @@
-"""The Triton NVFP4 grouped GEMM (pyfuser.nvfp4.grouped_gemm) against an independent dequantize+matmul.
+"""The Triton NVFP4 grouped GEMM (pyfuser.kernels.nvfp4_grouped_gemm) against an independent dequantize+matmul.
 
 The oracle here decodes FP4 codes with its own table, builds the swizzled scale buffers with the tensor-view form
 of the 128x4 swizzle (pad, view [R/128, 4, 32, pk/4, 4], swap axes 1 and 3) while the kernel uses the flat index
@@ -13,7 +13,7 @@ import torch
 
 from harness import DEVICE
 from pyfuser.nvfp4 import reference
-from pyfuser.nvfp4.grouped_gemm import default_config, nvfp4_grouped_mm
+from pyfuser.kernels.nvfp4_grouped_gemm import default_config, nvfp4_grouped_mm
 
 FP4_VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
 
@@ -265,7 +265,7 @@ class _SliceOf:
 
 
 def test_default_config_heuristic():
-    # The sweep's choices on the H200 (pyfuser.nvfp4.grouped_gemm.default_config's docstring).
+    # The sweep's choices on the H200 (pyfuser.kernels.nvfp4_grouped_gemm.default_config's docstring).
     for tokens in (1, 16):
         one = default_config(8 * tokens, 2048, 4096, 8)
         assert (one.block_m, one.block_n, one.split_k, one.predequant) == (16, 64, 2, False)  # 256 tiles: split

@@ -1,4 +1,4 @@
-"""Triton kernels of pyfuser.nvfp4.layout_kernels, checked BIT-EXACTLY against the pure-torch reference.
+"""Triton kernels of pyfuser.kernels.nvfp4_layout, checked BIT-EXACTLY against the pure-torch reference.
 
 - layout_op == reference.preprocess_grouped_matmul_input_sf (whole zero-filled buffer, raw bits);
 - block_quantize == reference.quantize_nvfp4_fused (+ reference.linear_to_swizzled_128_4 with swizzle=True);
@@ -21,7 +21,7 @@ import torch
 
 from harness import DEVICE, make, sliced, transposed
 
-from pyfuser.nvfp4 import layout_kernels as lk
+from pyfuser.kernels import nvfp4_layout as lk
 from pyfuser.nvfp4 import reference as ref
 
 FP8 = torch.float8_e4m3fn
@@ -550,7 +550,7 @@ COMPILE = textwrap.dedent(
     import json, re, sys
     import triton
     from triton.backends.compiler import GPUTarget
-    from pyfuser.nvfp4 import layout_kernels as lk
+    from pyfuser.kernels import nvfp4_layout as lk
 
     def compile_ptx(fn, signature, constexprs, num_warps=4):
         src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs)

@@ -540,9 +540,10 @@ def test_offset_checks_can_be_disabled(monkeypatch):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="direct launches are CUDA-only")
 def test_direct_launch_matches_jit_launch(monkeypatch):
-    """pyfuser/nvfp4/launch.py: repeated launches of a cached specialization skip Triton's argument binding; they
+    """pyfuser/codegen/launcher.py: repeated launches of a cached specialization skip Triton's argument binding; they
     must compute exactly what the JIT path computes, for every kernel family (new pointers, same shapes)."""
-    from pyfuser.nvfp4 import grouped_gemm, launch, layout_kernels
+    from pyfuser.codegen import launcher as launch
+    from pyfuser.kernels import nvfp4_grouped_gemm as grouped_gemm, nvfp4_layout as layout_kernels
 
     g = gemm_inputs(96, 128, 64, [20, 33, 0, 43], DEVICE)
     x = torch.randn(96, 64, device=DEVICE, dtype=torch.bfloat16)
@@ -555,7 +556,7 @@ def test_direct_launch_matches_jit_launch(monkeypatch):
                 _buffer(s, 96 + 127 * 4, 4).view(torch.uint8), out]
 
     first, second = run_all(), run_all()  # the second call takes the direct path
-    monkeypatch.setattr(launch, "_FAST_LAUNCH", False)
+    monkeypatch.setattr(launch, "_direct_enabled", False)
     jit = run_all()
     for a, b, c in zip(first, second, jit):
         assert torch.equal(a, b) and torch.equal(b, c)
@@ -565,7 +566,7 @@ def test_direct_launch_matches_jit_launch(monkeypatch):
 def test_cuda_graph_capture_of_nvfp4_fusions():
     """A fusion with the NVFP4 ops (offset checks off: no host syncs) can be captured in a CUDA graph; replaying
     it after writing new inputs into the captured buffers gives exactly what execute gives (docs/nvfp4.md)."""
-    from pyfuser.nvfp4 import moe
+    from pyfuser.demo import moe_nvfp4 as moe
 
     cfg = moe.MoEConfig(hidden=256, intermediate=128, experts=4, top_k=2)
     layer = moe.MoENVFP4(cfg, moe.quantize_weights(moe.make_weights(cfg, DEVICE)))

@@ -145,7 +145,7 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
         ref_meta = metas[id(reference)]
     order = None
     if ref_meta is not None:
-        from ..frontend.tensor_descriptor import allocation_order_from_strides
+        from ..ir.tensor_layout import allocation_order_from_strides
 
         order = allocation_order_from_strides(ref_meta.sizes, ref_meta.strides)
     dom = build_loop_domain(kernel_exprs, reference, order)

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from .dtypes import DataType
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..ops.registry import OpDef
-    from .fusion import Fusion
+# Annotations name ``Fusion`` (ir/fusion.py, which imports this module) and ``OpDef`` (the op registry, a higher
+# layer) as strings only: the IR imports neither.
 
 
 class IterType(enum.Enum):
@@ -81,60 +80,8 @@ class Val:
     def __repr__(self) -> str:
         return self.name
 
-    # Python operators build ops, as in nvFuser (``tv0 + tv1``).
-    def _op(self, name, *args):
-        from ..ops import registry
-
-        return registry.get(name).builder(*args)
-
-    def __add__(self, o):
-        return self._op("add", self, o)
-
-    def __radd__(self, o):
-        return self._op("add", o, self)
-
-    def __sub__(self, o):
-        return self._op("sub", self, o)
-
-    def __rsub__(self, o):
-        return self._op("sub", o, self)
-
-    def __mul__(self, o):
-        return self._op("mul", self, o)
-
-    def __rmul__(self, o):
-        return self._op("mul", o, self)
-
-    def __truediv__(self, o):
-        return self._op("div", self, o)
-
-    def __rtruediv__(self, o):
-        return self._op("div", o, self)
-
-    def __neg__(self):
-        return self._op("neg", self)
-
-    def __abs__(self):
-        return self._op("abs", self)
-
-    def __pow__(self, o):
-        return self._op("pow", self, o)
-
-    def __mod__(self, o):
-        return self._op("fmod", self, o)
-
-    def __lt__(self, o):
-        return self._op("lt", self, o)
-
-    def __le__(self, o):
-        return self._op("le", self, o)
-
-    def __gt__(self, o):
-        return self._op("gt", self, o)
-
-    def __ge__(self, o):
-        return self._op("ge", self, o)
-
+    # Python operators (``tv0 + tv1``) are attached by pyfuser/ops/operators.py: building an op is the op
+    # layer's work.
     __hash__ = object.__hash__
 
 
@@ -224,10 +171,7 @@ class TensorView(Val):
             result[logical_pos[p]] = n - 1 - alloc_pos
         return result
 
-    # --- nvFuser-style conveniences ---------------------------------------------------------------------
-    def size(self, dim: int) -> Scalar:
-        return self._op("size", self, dim)
-
+    # --- nvFuser-style conveniences (``size(dim)`` builds an op: attached by pyfuser/ops/operators.py) ----------
     def shape(self) -> list:
         """One Int scalar per logical dim (nvFuser's ``T.shape()``)."""
         return [self.size(i) for i in range(self.ndim)]

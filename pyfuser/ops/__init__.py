@@ -1,6 +1,7 @@
 """The op registry and every op's definition. Importing this package registers all ops."""
 
 from . import registry  # noqa: F401
+from . import operators  # noqa: F401
 from . import elementwise  # noqa: F401
 from . import shape  # noqa: F401
 from . import matmul  # noqa: F401

@@ -73,16 +73,20 @@ def _elementwise_eval(fn):
 
     def evaluate(node, *args):
         casts = node.info["cast"]
-        device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
+        device = None
         conv = []
         for a, c in zip(args, casts):
             if isinstance(a, torch.Tensor):
                 conv.append(a if c is None or a.dtype == c else a.to(c))
             else:
+                if device is None:
+                    device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
                 conv.append(torch.tensor(a, dtype=c, device=device))
         out = node.outputs[0]
         result = fn(*conv)
-        result = result.to(to_torch_dtype(out.dtype))
+        out_dtype = to_torch_dtype(out.dtype)
+        if result.dtype != out_dtype:
+            result = result.to(out_dtype)
         if isinstance(out, Scalar):
             return result.item()
         return result

@@ -32,6 +32,7 @@ from .common import (
     new_tensor,
     operand_dtype,
 )
+from . import run_context
 from .registry import OpKind, OpResult, register
 
 _MASK64 = (1 << 64) - 1
@@ -44,10 +45,7 @@ _IOTA_DTYPES = (DataType.Int, DataType.Int32, DataType.Index) + _RANDOM_DTYPES
 
 
 def _device():
-    # Imported lazily: the runtime imports the op registry.
-    from ..runtime.evaluator import run_device
-
-    return run_device()
+    return run_context.run_device()
 
 
 def _check_dtype(op: str, dtype: Any, allowed=None) -> DataType:

@@ -17,7 +17,7 @@ from ..errors import FusionExecutionError, UnsupportedOpError
 from ..ir.dtypes import DataType
 from ..ir.nodes import IterDomain
 from .common import FusionDtypeError, fail, fusion_of, new_tensor, require_tensor
-from ..runtime.evaluator import run_options
+from .offset_checks import GroupCheck, check_group_offsets
 from .registry import OpKind, OpResult, register
 
 _DTYPES = (DataType.BFloat16, DataType.Half)
@@ -45,15 +45,10 @@ def _check(mat1: torch.Tensor, mat2: torch.Tensor, offsets: torch.Tensor) -> Non
     groups = mat2.shape[0] if mat2.dim() == 3 else (mat1.shape[0] if mat1.dim() == 3 else None)
     if groups is not None and offsets.numel() != groups:
         raise FusionExecutionError(f"fd.ops.grouped_mm: offsets has {offsets.numel()} entries but there are {groups} groups")
-    if not run_options().offset_checks:  # the values are read on the host: a sync
-        return
     what, extent = _grouped_extent(mat1, mat2)
-    ends = [int(v) for v in offsets.detach().to("cpu", torch.int64).tolist()]
-    if any(e < 0 for e in ends) or any(b < a for a, b in zip(ends, ends[1:])) or (ends and ends[-1] > extent):
-        raise FusionExecutionError(
-            f"fd.ops.grouped_mm: offsets must be non-decreasing cumulative group ends within the {extent} {what}, "
-            f"got {ends}"
-        )
+    # Cumulative group ends: the start-offset rule (non-decreasing in [0, extent]) without a first-row rule.
+    check_group_offsets(GroupCheck("grouped_mm", extent, starts_name="offsets", every_row=False,
+                                   starts_what=f"cumulative group ends within the {extent} {what}"), offsets)
 
 
 def _grouped_mm_eval(node, mat1, mat2, offsets):

@@ -235,7 +235,7 @@ def _dense_strides_in_order(shape: Sequence[int], order: Sequence[int]) -> tuple
 
 def _out_strides_following(query: torch.Tensor, out_shape: Sequence[int]) -> tuple[int, ...]:
     """sdpfa_fwd's output layout: dense, in query's stride order (stride-0 dims keep their logical place)."""
-    from ..frontend.tensor_descriptor import allocation_order_from_strides
+    from ..ir.tensor_layout import allocation_order_from_strides
 
     order = allocation_order_from_strides(list(query.shape), list(query.stride()))
     return _dense_strides_in_order(out_shape, order)

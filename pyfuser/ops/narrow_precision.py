@@ -4,10 +4,9 @@ Each op is one registry entry: a builder with the definition-time checks, the pu
 (``pyfuser.nvfp4.reference``) as its evaluator, a meta function, and a hand-written Triton implementation
 (``OpDef.kernel``) that executors launch on CUDA and under the Triton interpreter.
 
-Run-time checks of the offsets' values read them on the host: one device-to-host copy (a sync) per op call.
-Decreasing or overlapping offsets would otherwise give silently wrong placements (the kernels mask writes to
-their buffers, so never memory corruption). ``_disable_options=["offset_checks"]`` trusts the offsets, as
-upstream does, and keeps the call free of syncs.
+Run-time checks of the offsets' values (ops/offset_checks.py) run on the device by default, without a host
+sync; decreasing or overlapping offsets would otherwise give silently wrong placements (the kernels mask writes
+to their buffers, so never memory corruption).
 
 Returned block-scale tensors in the swizzled grouped layout have logical shape ``[m, k]`` and strides
 ``[k, 1]``, which do not describe the data: the values live in a zero-filled buffer of ``(m + 127*g) * pk``
@@ -25,8 +24,9 @@ from ..errors import FusionExecutionError, UnsupportedOpError
 from ..ir.dtypes import DataType, to_torch_dtype
 from ..ir.nodes import IterDomain, TensorView
 from ..ir.packing import packed_shape
-from ..runtime.evaluator import run_options
+from .offset_checks import GroupCheck, check_group_offsets
 from .common import FusionDtypeError, fail, fusion_of, new_tensor, require_tensor
+from ..nvfp4.gemm_contract import check_operands
 from .registry import OpKind, OpResult, register, swizzled_scales_producer
 
 _QUANT_INPUT = (DataType.Float, DataType.BFloat16, DataType.Half)
@@ -107,16 +107,6 @@ def _quant_outputs(op: str, x: TensorView) -> tuple[TensorView, TensorView]:
 # run-time checks (shared by the reference and the kernel path)
 
 
-def _host_ints(*tensors: torch.Tensor) -> list[list[int]]:
-    """The tensors' values as Python ints, with ONE device-to-host copy (each copy is a sync)."""
-    flat = torch.cat([t.detach().reshape(-1).to(torch.int64) for t in tensors]).tolist()
-    out, i = [], 0
-    for t in tensors:
-        out.append(flat[i:i + t.numel()])
-        i += t.numel()
-    return out
-
-
 def _check_offset_tensors(op: str, input_offsets: torch.Tensor, output_offsets: Optional[torch.Tensor]) -> None:
     """dtype and length checks: free, always done."""
     for name, t in (("input_offsets", input_offsets), ("output_offsets", output_offsets)):
@@ -133,53 +123,21 @@ def _check_offset_tensors(op: str, input_offsets: torch.Tensor, output_offsets: 
         raise FusionExecutionError(f"fd.ops.{op}: the offsets are empty (at least one group is needed)")
 
 
-def _check_offset_values(op: str, m: int, starts: list[int], outs: Optional[list[int]],
-                         every_row: bool = True) -> None:
-    """Start offsets: input offsets non-decreasing within [0, m] (starting at 0 when ``every_row`` is placed
-    somewhere, as in the layout op); each group's padded block-scale rows [out[i], out[i] + roundup(rows_i, 128))
-    disjoint and inside the (m + 127*g)-row buffer."""
-    g = len(starts)
-    if every_row and starts[0] != 0:
-        raise FusionExecutionError(
-            f"fd.ops.{op}: input_offsets must start at 0 (rows before the first group have no place in the "
-            f"layout), got {starts}"
-        )
-    if starts[0] < 0 or any(b < a for a, b in zip(starts, starts[1:])) or starts[-1] > m:
-        raise FusionExecutionError(
-            f"fd.ops.{op}: input_offsets must be non-decreasing start rows in [0, {m}], got {starts}"
-        )
-    if outs is None:
-        return
-    rows = [b - a for a, b in zip(starts, starts[1:] + [m])]
-    end = 0
-    for i, (o, r) in enumerate(zip(outs, rows)):
-        if o < end:
-            raise FusionExecutionError(
-                f"fd.ops.{op}: output_offsets {outs} overlap: group {i} starts at row {o}, but group {i - 1} "
-                f"occupies padded rows up to {end} (roundup of its {rows[i - 1]} rows to 128)"
-            )
-        end = o + _round_up(r, 128)
-    if end > m + 127 * g:
-        raise FusionExecutionError(
-            f"fd.ops.{op}: output_offsets {outs} need {end} block-scale rows, more than the buffer's m + 127*g = "
-            f"{m + 127 * g}"
-        )
-
-
-def _check_offsets(op: str, m: int, input_offsets: torch.Tensor, output_offsets: torch.Tensor) -> None:
+def check_offsets(op: str, m: int, input_offsets: torch.Tensor, output_offsets: torch.Tensor) -> None:
+    """The layout op's offsets: shapes at once, values as the call's offset-check mode says (ops/offset_checks.py)."""
     _check_offset_tensors(op, input_offsets, output_offsets)
-    if run_options().offset_checks:
-        starts, outs = _host_ints(input_offsets, output_offsets)
-        _check_offset_values(op, m, starts, outs)
+    g = input_offsets.numel()
+    check = GroupCheck(op, m, capacity=m + 127 * g, capacity_what=f"the buffer's m + 127*g = {m + 127 * g} rows")
+    check_group_offsets(check, input_offsets, output_offsets)
 
 
-def _check_k(op: str, k: int, block_size: int = 16) -> None:
+def check_k(op: str, k: int, block_size: int = 16) -> None:
     if k % block_size:
         raise FusionExecutionError(f"fd.ops.{op}: the last dim of input is {k}, not a multiple of block_size {block_size}")
 
 
 def _grouped_scales_meta(m: int, k: int, g: int, dtype: torch.dtype) -> torch.Tensor:
-    return _logical_view(torch.empty(((m + 127 * g) * _round_up(k, 4),), dtype=dtype, device="meta"), m, k)
+    return logical_view(torch.empty(((m + 127 * g) * _round_up(k, 4),), dtype=dtype, device="meta"), m, k)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -187,15 +145,8 @@ def _grouped_scales_meta(m: int, k: int, g: int, dtype: torch.dtype) -> torch.Te
 
 
 def _layout_eval(node, input, input_offsets, output_offsets):
-    _check_offsets(node.op.name, input.shape[0], input_offsets, output_offsets)
+    check_offsets(node.op.name, input.shape[0], input_offsets, output_offsets)
     return _ref().preprocess_grouped_matmul_input_sf(input, input_offsets, output_offsets)
-
-
-def _layout_kernel(node, input, input_offsets, output_offsets):
-    from ..nvfp4.layout_kernels import layout_op
-
-    _check_offsets(node.op.name, input.shape[0], input_offsets, output_offsets)
-    return layout_op(input, input_offsets, output_offsets)
 
 
 def _layout_meta(node, input, input_offsets, output_offsets):
@@ -203,8 +154,7 @@ def _layout_meta(node, input, input_offsets, output_offsets):
     return _grouped_scales_meta(m, k, input_offsets.shape[0], input.dtype)
 
 
-@register("preprocess_grouped_matmul_input_sf", OpKind.OWN_KERNEL, _layout_eval, meta=_layout_meta,
-          kernel=_layout_kernel)
+@register("preprocess_grouped_matmul_input_sf", OpKind.OWN_KERNEL, _layout_eval, meta=_layout_meta)
 def preprocess_grouped_matmul_input_sf(input, input_offsets, output_offsets):
     """Lay out row-major block scales [m, k] per group in the padded 128x4-swizzled buffer CUTLASS expects."""
     op = "preprocess_grouped_matmul_input_sf"
@@ -218,26 +168,16 @@ def preprocess_grouped_matmul_input_sf(input, input_offsets, output_offsets):
 # nv_block_quantize / nv_grouped_block_quantize
 
 
-def _logical_view(buffer: torch.Tensor, m: int, k: int) -> torch.Tensor:
+def logical_view(buffer: torch.Tensor, m: int, k: int) -> torch.Tensor:
     """A padded, swizzled scale buffer returned like the layout op's result: logical [m, k], strides [k, 1]."""
     return torch.as_strided(buffer, (m, k), (k, 1))
 
 
 def _block_quantize_eval(node, input, global_scale=None, swizzle_block_scales=False, block_size=16, dtype=None):
-    _check_k(node.op.name, input.shape[1], block_size)
+    check_k(node.op.name, input.shape[1], block_size)
     data, scales = _ref().quantize_nvfp4_fused(input, global_scale, block_size)
     if swizzle_block_scales:
-        scales = _logical_view(_ref().linear_to_swizzled_128_4(scales), *scales.shape)
-    return data, scales
-
-
-def _block_quantize_kernel(node, input, global_scale=None, swizzle_block_scales=False, block_size=16, dtype=None):
-    from ..nvfp4.layout_kernels import block_quantize
-
-    _check_k(node.op.name, input.shape[1], block_size)
-    data, scales = block_quantize(input, global_scale, swizzle=swizzle_block_scales, block_size=block_size)
-    if swizzle_block_scales:  # the launcher returns the padded buffer itself
-        scales = _logical_view(scales, input.shape[0], input.shape[1] // block_size)
+        scales = logical_view(_ref().linear_to_swizzled_128_4(scales), *scales.shape)
     return data, scales
 
 
@@ -246,12 +186,11 @@ def _block_quantize_meta(node, input, global_scale=None, swizzle_block_scales=Fa
     data = torch.empty(packed_shape([m, k], 1), dtype=torch.float4_e2m1fn_x2, device="meta")
     if swizzle_block_scales:
         storage = torch.empty((_round_up(m, 128) * _round_up(k // 16, 4),), dtype=torch.float8_e4m3fn, device="meta")
-        return data, _logical_view(storage, m, k // 16)
+        return data, logical_view(storage, m, k // 16)
     return data, torch.empty((m, k // 16), dtype=torch.float8_e4m3fn, device="meta")
 
 
-@register("nv_block_quantize", OpKind.OWN_KERNEL, _block_quantize_eval, meta=_block_quantize_meta,
-          kernel=_block_quantize_kernel)
+@register("nv_block_quantize", OpKind.OWN_KERNEL, _block_quantize_eval, meta=_block_quantize_meta)
 def nv_block_quantize(input, global_scale=None, swizzle_block_scales: bool = False, block_size: int = 16,
                       dtype: DataType = DataType.Float4_e2m1fn):
     """Quantize [M, K] to NVFP4: FP4 values [M, K] and e4m3 block scales [M, K/16] (optionally 128x4-swizzled).
@@ -270,18 +209,9 @@ def nv_block_quantize(input, global_scale=None, swizzle_block_scales: bool = Fal
 
 
 def _grouped_quantize_eval(node, input, input_offsets, output_offsets, global_scale=None, block_size=16, dtype=None):
-    _check_k(node.op.name, input.shape[1], block_size)
-    _check_offsets(node.op.name, input.shape[0], input_offsets, output_offsets)
+    check_k(node.op.name, input.shape[1], block_size)
+    check_offsets(node.op.name, input.shape[0], input_offsets, output_offsets)
     return _ref().grouped_quantize_nvfp4(input, input_offsets, output_offsets, global_scale, block_size, fused=True)
-
-
-def _grouped_quantize_kernel(node, input, input_offsets, output_offsets, global_scale=None, block_size=16,
-                             dtype=None):
-    from ..nvfp4.layout_kernels import grouped_block_quantize
-
-    _check_k(node.op.name, input.shape[1], block_size)
-    _check_offsets(node.op.name, input.shape[0], input_offsets, output_offsets)
-    return grouped_block_quantize(input, input_offsets, output_offsets, global_scale, block_size=block_size)
 
 
 def _grouped_quantize_meta(node, input, input_offsets, output_offsets, global_scale=None, block_size=16,
@@ -291,8 +221,7 @@ def _grouped_quantize_meta(node, input, input_offsets, output_offsets, global_sc
     return data, _grouped_scales_meta(m, k // 16, input_offsets.shape[0], torch.float8_e4m3fn)
 
 
-@register("nv_grouped_block_quantize", OpKind.OWN_KERNEL, _grouped_quantize_eval, meta=_grouped_quantize_meta,
-          kernel=_grouped_quantize_kernel)
+@register("nv_grouped_block_quantize", OpKind.OWN_KERNEL, _grouped_quantize_eval, meta=_grouped_quantize_meta)
 def nv_grouped_block_quantize(input, input_offsets, output_offsets, global_scale=None, block_size: int = 16,
                               dtype: DataType = DataType.Float4_e2m1fn):
     """nv_block_quantize whose scales go straight into the layout op's grouped swizzled buffer (one kernel)."""
@@ -309,11 +238,9 @@ def nv_grouped_block_quantize(input, input_offsets, output_offsets, global_scale
 # cutlass_nvfp4_grouped_mm
 
 
-def _check_gemm(op, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets) -> tuple:
+def check_gemm(op, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets) -> tuple:
     """The grouped GEMM's operand contract (one implementation, shared with its launcher), the op's own N rule,
     and, with offset_checks, the offsets' and problem sizes' values and scale1's capacity. Returns (M, N, K, G)."""
-    from ..nvfp4.grouped_gemm import check_operands
-
     try:
         m, n, k, g = check_operands(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
     except ValueError as e:
@@ -323,35 +250,18 @@ def _check_gemm(op, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_off
             f"fd.ops.{op}: N={n} must be a multiple of 128 (scale2 holds each expert's 128x4-swizzled [N, K/16] "
             f"scales without padding)"
         )
-    if run_options().offset_checks:
-        starts, sf, ps = _host_ints(expert_offsets, sf_offsets, problem_sizes)
-        _check_offset_values(op, m, starts, sf, every_row=False)  # rows before the first group stay zero
-        sizes = [b - a for a, b in zip(starts, starts[1:] + [m])]
-        want = [[r, n, k] for r in sizes]
-        got = [ps[3 * i:3 * i + 3] for i in range(g)]
-        if got != want:
-            raise FusionExecutionError(f"fd.ops.{op}: problem_sizes must be (m_i, N, K) per expert = {want}, got {got}")
-        rows = sf[-1] + _round_up(sizes[-1], 128)
-        available = (scale1.untyped_storage().nbytes() - scale1.storage_offset()) // (k // 16)
-        if available < rows:
-            raise FusionExecutionError(
-                f"fd.ops.{op}: scale1 holds {available} block-scale rows of K/16={k // 16}, but sf_offsets need {rows}"
-            )
+    available = (scale1.untyped_storage().nbytes() - scale1.storage_offset()) // (k // 16)
+    check = GroupCheck(op, m, starts_name="expert_offsets", outs_name="sf_offsets", every_row=False,
+                       capacity=available, n=n, k=k,  # rows before the first group stay zero
+                       capacity_what=f"scale1 holds {available} block-scale rows of K/16={k // 16}")
+    check_group_offsets(check, expert_offsets, sf_offsets, problem_sizes)
     return m, n, k, g
 
 
 def _gemm_eval(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, dtype):
-    _check_gemm(node.op.name, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
+    check_gemm(node.op.name, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
     return _ref().nvfp4_grouped_mm(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets,
                                    to_torch_dtype(dtype))
-
-
-def _gemm_kernel(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, dtype):
-    from ..nvfp4.grouped_gemm import nvfp4_grouped_mm
-
-    shapes = _check_gemm(node.op.name, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
-    return nvfp4_grouped_mm(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets,
-                            to_torch_dtype(dtype), shapes=shapes)
 
 
 def _gemm_meta(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, dtype):
@@ -359,7 +269,7 @@ def _gemm_meta(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_of
     return torch.empty((m, n), dtype=to_torch_dtype(dtype), device="meta")
 
 
-@register("cutlass_nvfp4_grouped_mm", OpKind.ATEN, _gemm_eval, meta=_gemm_meta, kernel=_gemm_kernel,
+@register("cutlass_nvfp4_grouped_mm", OpKind.ATEN, _gemm_eval, meta=_gemm_meta,
           accepts_fp4=True)
 def cutlass_nvfp4_grouped_mm(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets,
                              dtype: DataType = DataType.BFloat16):

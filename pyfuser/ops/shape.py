@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import FusionDtypeError, UnsupportedOpError
-from ..frontend.tensor_descriptor import alloc_order_from_stride_order
+from ..ir.tensor_layout import alloc_order_from_stride_order
 from ..ir.packing import unpacked
 from ..ir.dtypes import DataType, is_boolean, is_complex, is_floating, is_integral
 from ..ir.nodes import IterDomain, Scalar, TensorView, Vector

@@ -6,7 +6,6 @@ evaluators run on meta tensors) and the reference every other executor is compar
 
 from __future__ import annotations
 
-import contextvars
 from typing import Any, Iterable, Optional, Sequence
 
 import torch
@@ -14,7 +13,7 @@ import torch
 from ..errors import FusionExecutionError, PyfuserError
 from ..ir.fusion import Fusion
 from ..ir.nodes import Expr, Scalar, Val, Vector
-from .options import Options
+from ..ops import run_context
 
 
 class Env(dict):
@@ -51,37 +50,17 @@ def resolve(obj: Any, env: Env) -> Any:
     return obj
 
 
-# The device of the run in progress, visible to evaluators (which receive values, not the Env).
-_RUN_DEVICE: contextvars.ContextVar[Optional[torch.device]] = contextvars.ContextVar("pyfuser_run_device", default=None)
-
-
 def default_device() -> torch.device:
     """Where a fusion without tensor inputs runs: the current CUDA device, else the CPU."""
-    if torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def run_device() -> torch.device:
-    """The device of the expression being evaluated ("meta" during meta inference)."""
-    device = _RUN_DEVICE.get()
-    return default_device() if device is None else device
-
-
-# The options of the run in progress, for evaluators whose checks are optional (None: the defaults).
-RUN_OPTIONS: contextvars.ContextVar[Optional[Options]] = contextvars.ContextVar("pyfuser_run_options", default=None)
-_DEFAULT_OPTIONS = Options()
-
-
-def run_options() -> Options:
-    opts = RUN_OPTIONS.get()
-    return _DEFAULT_OPTIONS if opts is None else opts
+    return run_context.default_device()
 
 
 def run_expr(expr: Expr, env: Env, use_kernel: bool = False) -> None:
+    """Evaluate one expression with its operands from ``env`` (the reference and meta-inference path; cached
+    calls run flat plans instead, pyfuser/runtime/plan.py)."""
     args = resolve(expr.args, env)
     kwargs = resolve(expr.kwargs, env)
-    token = _RUN_DEVICE.set(env.device)
+    token = run_context.enter(run_context.RunContext(env.device))
     try:
         # The run's device says whether this is meta inference: no need to scan the arguments.
         on_meta = env.device is not None and env.device.type == "meta"
@@ -91,7 +70,7 @@ def run_expr(expr: Expr, env: Env, use_kernel: bool = False) -> None:
     except (RuntimeError, ValueError, TypeError, IndexError) as e:
         raise FusionExecutionError(f"fd.ops.{expr.op.name} ({', '.join(o.name for o in expr.outputs)}) failed: {e}") from e
     finally:
-        _RUN_DEVICE.reset(token)
+        run_context.leave(token)
     outs = expr.outputs
     if len(outs) == 1:
         result = (result,)

@@ -1,7 +1,7 @@
 """FusionExecutorCache: input signature -> runtime (caching.md, level 1).
 
-On every call the arguments are encoded into a signature: for tensors their sizes, strides, dtype, device and
-data-pointer alignment class; for scalars their type, plus the value for integer and bool scalars (they can
+On every call the arguments are encoded into a signature: for tensors their sizes, strides, dtype, device,
+data-pointer alignment class and negative/conjugate bits; for scalars their type, plus the value for integer and bool scalars (they can
 set extents). A hit goes straight to the runtime: no validation, no segmentation, no meta inference. A miss
 validates the inputs, then builds a runtime (segmentation, meta inference of boundary layouts).
 """
@@ -17,6 +17,7 @@ import torch
 
 from ..ir.fusion import Fusion
 from ..segment.segmenter import SegmentedFusion, segment_fusion
+from .device_errors import DeviceErrorSink
 from .fusion_runtime import FusionRuntime
 from .options import Options, parse_options
 from .validation import InputBinder, flatten_inputs
@@ -35,7 +36,9 @@ def input_signature(flat: Sequence[Any]) -> tuple:
     sig = []
     for x in flat:
         if isinstance(x, torch.Tensor):
-            sig.append((x.shape, x.stride(), x.dtype, x.device, alignment_class(x.data_ptr())))
+            # The negative and conjugate bits change what the memory means (the plan resolves such inputs).
+            sig.append((x.shape, x.stride(), x.dtype, x.device, alignment_class(x.data_ptr()), x.is_neg(),
+                        x.is_conj()))
         elif isinstance(x, numbers.Integral):  # bools and ints (numpy's too) can set extents: key on the value
             sig.append((type(x), int(x)))
         else:
@@ -54,10 +57,12 @@ class FusionExecutorCache:
         self._lock = threading.Lock()
         self.last_runtime: Optional[FusionRuntime] = None
         self.stats = {"hits": 0, "misses": 0}
+        # Errors found on the device (group offsets), shared by this fusion's runtimes (device_errors.py).
+        self.errors = DeviceErrorSink()
 
     def execute(self, inputs: Sequence[Any], *, device=None, enable_options=(), disable_options=()) -> list:
         options = parse_options(enable_options, disable_options)
-        flat = flatten_inputs(inputs)
+        flat = flatten_inputs(inputs, self.fusion.inputs)
         key = (options, device, input_signature(flat))
         runtime = self._runtimes.get(key)
         if runtime is None:
@@ -79,7 +84,7 @@ class FusionExecutorCache:
             self._binder.validate(flat, device)  # raises before anything is cached
             if self._segmented is None:
                 self._segmented = segment_fusion(self.fusion)
-            runtime = FusionRuntime(self._segmented, flat, options, device)
+            runtime = FusionRuntime(self._segmented, flat, options, device, self.errors)
             self._runtimes[key] = runtime
             if len(self._runtimes) > self.MAX_SIGNATURES:
                 self._runtimes.popitem(last=False)

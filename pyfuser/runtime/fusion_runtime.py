@@ -1,21 +1,27 @@
-"""A FusionRuntime: one segmentation of a fusion plus the boundary layouts inferred for one input signature."""
+"""A FusionRuntime: one segmentation of a fusion prepared for one input signature.
+
+Preparing it infers the boundary layouts (meta_inference.py) and builds the flat execution plan (plan.py); a call
+runs the plan, or replays its CUDA graph with the ``cuda_graph`` option (cuda_graph.py).
+"""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
-from ..errors import FusionExecutionError
 from ..ir.nodes import TensorView
-from ..segment.segmenter import SchedulerKind, Segment, SegmentedFusion
-from .evaluator import RUN_OPTIONS, Env, bind_inputs, collect_outputs, default_device
-from ..ops.registry import OpKind
-from .kernel_executor import AtenSegmentExecutor, build_segment_executor, triton_usable
+from ..ops import run_context
+from ..segment.segmenter import Segment, SegmentedFusion
+from .cuda_graph import GraphedPlan
+from .device_errors import DeviceErrorSink
+from .evaluator import default_device
 from .introspection import dump, reports
 from .layouts import TensorLayout
 from .meta_inference import infer_layouts
-from .options import Options
+from .options import Options, offset_check_mode
+from .plan import ExecutionPlan
+from .steps import KernelStep
 
 
 def run_device(flat_inputs: Sequence[Any], device=None) -> torch.device:
@@ -29,38 +35,37 @@ def run_device(flat_inputs: Sequence[Any], device=None) -> torch.device:
 
 
 class FusionRuntime:
-    def __init__(self, segmented: SegmentedFusion, flat_inputs: Sequence[Any], options: Options, device=None):
+    def __init__(self, segmented: SegmentedFusion, flat_inputs: Sequence[Any], options: Options, device=None,
+                 errors: Optional[DeviceErrorSink] = None):
         self.segmented = segmented
         self.options = options
         self.device = run_device(flat_inputs, device)
         self.layouts: dict[int, TensorLayout] = infer_layouts(segmented, flat_inputs, options)
-        self.executors = self._build_executors(flat_inputs)
+        self.plan = ExecutionPlan(self, flat_inputs)
+        self._offset_mode = offset_check_mode(options)
+        # Device-side check results are collected only on CUDA (elsewhere checks read values directly).
+        self.errors = errors if self.device.type == "cuda" else None
+        self.graphed: Optional[GraphedPlan] = None
+        if options.cuda_graph:
+            if self.device.type != "cuda":
+                from ..errors import OptionError
+
+                raise OptionError(f"cuda_graph: CUDA graphs need a CUDA device, but this call runs on {self.device}")
+            self.graphed = GraphedPlan(self.plan, reuse_outputs=options.cuda_graph_reuse_outputs)
         dump(self)
 
     def describe(self) -> list:
         """One SegmentReport per segment: kind, Triton kernel or ATen (and why), boundary layouts."""
         return reports(self)
 
-    def _build_executors(self, flat_inputs) -> list:
-        expr_eval_outputs: set[int] = set()
-        executors = []
-        # Hand-written kernels (OpDef.kernel) run where generated ones would; otherwise their reference does.
-        own_kernels = self.options.kernel_codegen and triton_usable(self.device)
-        for seg in self.segments:
-            own_kernel_segment = any(e.op.kind is OpKind.OWN_KERNEL for e in seg.exprs)
-            if seg.kind is SchedulerKind.EXPR_EVAL or own_kernel_segment:
-                reason = "ExprEval segment"
-                if own_kernel_segment and not own_kernels:  # why its torch reference runs instead
-                    reason = "torch reference of an op with a hand-written kernel: " + (
-                        "kernel_codegen is disabled" if not self.options.kernel_codegen else f"no Triton on {self.device.type}")
-                executors.append(AtenSegmentExecutor(seg, reason, use_kernels=own_kernels))
-                expr_eval_outputs.update(id(o) for o in seg.outputs)
-            else:
-                executors.append(
-                    build_segment_executor(seg, self.layouts, flat_inputs, self.segmented.fusion, self.device,
-                                           self.options, expr_eval_outputs)
-                )
-        return executors
+    def kernel_step(self, index: int) -> Optional[KernelStep]:
+        """The generated-kernel step of segment ``index`` (its ``plan``, ``launcher``, ``last_path``), or None
+        when that segment runs on ATen (``segment_reason`` says why)."""
+        return next((s for s in self.plan.segment_steps[index] if isinstance(s, KernelStep)), None)
+
+    def segment_reason(self, index: int) -> str:
+        """Why segment ``index`` runs on ATen ("" when it runs a generated kernel)."""
+        return self.plan.segment_reasons[index]
 
     @property
     def segments(self) -> list[Segment]:
@@ -75,32 +80,30 @@ class FusionRuntime:
         return {o.name: self.layouts[id(o)] for s in self.segments for o in s.outputs if id(o) in self.layouts}
 
     def run(self, flat_inputs: Sequence[Any]) -> list:
-        fusion = self.segmented.fusion
-        env = bind_inputs(fusion, flat_inputs, self.device)
-        token = RUN_OPTIONS.set(self.options)
+        errors = self.errors
+        if errors is not None:
+            errors.poll()
+        token = run_context.enter(run_context.RunContext(self.device, self._offset_mode, errors))
+        grad = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)  # torch.no_grad() as a context manager costs microseconds per call
         try:
-            with torch.no_grad():
-                for seg, executor in zip(self.segmented.segments, self.executors):
-                    executor.run(env)
-                    if self.options.check_layouts:
-                        self._check_layouts(seg, env)
-                return collect_outputs(fusion, env)
+            if self.graphed is not None:
+                outs = self.graphed.run(flat_inputs, self._run_plan)
+            else:
+                outs = self._run_plan(flat_inputs)
         finally:
-            RUN_OPTIONS.reset(token)
+            torch._C._set_grad_enabled(grad)
+            run_context.leave(token)
+        if errors is not None and errors.devices():
+            errors.publish()
+        return outs
 
-    def _check_layouts(self, seg: Segment, env: Env) -> None:
-        for out in seg.outputs:
-            if not isinstance(out, TensorView):
-                continue
-            t, expected = env.value(out), self.layouts[id(out)]
-            # Strides of size-1 dims carry no information (ATen's CPU and meta kernels differ there).
-            strides = tuple(st for st, n in zip(t.stride(), t.shape) if n != 1)
-            want = tuple(st for st, n in zip(expected.strides, expected.sizes) if n != 1)
-            if tuple(t.shape) != expected.sizes or strides != want:
-                raise FusionExecutionError(
-                    f"segment {seg.index} ({seg.kind.value}) produced {out.name} with sizes {list(t.shape)} and strides "
-                    f"{list(t.stride())}, but its layout was inferred as {expected}"
-                )
+    def _run_plan(self, flat_inputs: Sequence[Any]) -> list:
+        plan = self.plan
+        v = plan.bind(flat_inputs)
+        for step in plan.steps:
+            step.run(v)
+        return plan.finish(v, flat_inputs)
 
     def __repr__(self) -> str:
         return repr(self.segmented)

@@ -29,6 +29,7 @@ class SegmentReport:
     ops: list[str]
     inputs: dict[str, Optional[TensorLayout]] = field(default_factory=dict)
     outputs: dict[str, Optional[TensorLayout]] = field(default_factory=dict)
+    steps: list = field(default_factory=list)  # the plan's steps.StepReport for this segment, in run order
 
     def __str__(self) -> str:
         how = {"triton": f"triton kernel {self.kernel_name}",
@@ -40,22 +41,24 @@ class SegmentReport:
 
 
 def reports(runtime) -> list[SegmentReport]:
+    """One report per segment, from what its plan steps say about themselves (steps.StepReport)."""
     result = []
-    for seg, ex in zip(runtime.segments, runtime.executors):
-        plan = getattr(ex, "plan", None)
-        own = [e.op.name for e in seg.exprs if e.op.kernel is not None] if getattr(ex, "use_kernels", False) else []
-        runs_as = "triton" if plan is not None else ("op kernel" if own else "aten")
+    for seg, steps, reason in zip(runtime.segments, runtime.plan.reports(), runtime.plan.segment_reasons):
+        triton = next((s for s in steps if s.kind == "triton"), None)
+        own = [s.name for s in steps if s.kind == "op kernel"]
+        runs_as = "triton" if triton is not None else ("op kernel" if own else "aten")
         result.append(
             SegmentReport(
                 index=seg.index,
                 kind=seg.kind.value,
                 runs_as=runs_as,
-                reason=", ".join(own) if own else ("" if plan is not None else getattr(ex, "reason", "")),
-                kernel_name=None if plan is None else plan.name,
-                kernel_source=None if plan is None else plan.source,
+                reason=", ".join(own) if own else ("" if triton is not None else reason),
+                kernel_name=None if triton is None else triton.name,
+                kernel_source=None if triton is None else triton.source,
                 ops=[e.op.name for e in seg.exprs],
                 inputs={v.name: runtime.layouts.get(id(v)) for v in seg.inputs if hasattr(v, "domain")},
                 outputs={v.name: runtime.layouts.get(id(v)) for v in seg.outputs if hasattr(v, "domain")},
+                steps=steps,
             )
         )
     return result

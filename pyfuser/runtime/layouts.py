@@ -17,7 +17,7 @@ from typing import Optional
 
 import torch
 
-from ..frontend.tensor_descriptor import allocation_order_from_strides
+from ..ir.tensor_layout import allocation_order_from_strides
 from ..ir.nodes import TensorView
 
 

@@ -18,13 +18,23 @@ from ..ir.packing import is_packed_fp4, packed_dim, unpacked
 from ..ir.nodes import Scalar, TensorView
 
 
-def flatten_inputs(inputs: Sequence[Any]) -> list:
-    """Lists and tuples inside ``inputs`` are flattened (how define_vector(n) receives its values)."""
+def flatten_inputs(inputs: Sequence[Any], expected: Optional[Sequence[Any]] = None) -> list:
+    """A list or tuple inside ``inputs`` is flattened where the definition expects scalars (how define_vector(n)
+    receives its values); anywhere else it is an error naming the input it stands for."""
     if isinstance(inputs, torch.Tensor) or not isinstance(inputs, (list, tuple)):
         raise InputTypeError(f"execute() takes a list of inputs, got {type(inputs).__name__}")
     flat: list = []
     for x in inputs:
-        if isinstance(x, (list, tuple)):
+        if isinstance(x, (list, tuple)) and expected is None:
+            flat.extend(x)
+        elif isinstance(x, (list, tuple)):
+            pos = len(flat)
+            if pos >= len(expected) or not isinstance(expected[pos], Scalar) or \
+                    not all(isinstance(e, Scalar) for e in expected[pos:pos + len(x)]):
+                what = f"input {pos} ({expected[pos].name})" if pos < len(expected) else f"input {pos}"
+                raise InputTypeError(f"{what}: a nested {type(x).__name__} of {len(x)} values stands only for "
+                                     f"define_vector scalars, but the definition expects "
+                                     f"{'a tensor there' if pos < len(expected) else 'no more inputs'}")
             flat.extend(x)
         else:
             flat.append(x)
@@ -42,7 +52,7 @@ class InputBinder:
         self.fusion = fusion
 
     def bind(self, inputs: Sequence[Any], device: Optional[torch.device] = None) -> list:
-        flat = flatten_inputs(inputs)
+        flat = flatten_inputs(inputs, self.fusion.inputs)
         self.validate(flat, device)
         return flat
 

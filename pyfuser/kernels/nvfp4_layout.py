@@ -55,7 +55,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import launch
+from ..codegen.launcher import launch
+from ..ops import narrow_precision as ops
+from ..ops.registry import attach
 
 # constexpr: jitted code may only read globals that are constexpr (the interpreter does not enforce it).
 FLOAT4_E2M1_MAX = tl.constexpr(6.0)
@@ -667,3 +669,32 @@ def _round_up(n: int, mult: int) -> int:
 def _log2_ceil(g: int) -> int:
     """Binary-search steps that cover g groups: ceil(log2(g)) (0 for a single group)."""
     return (g - 1).bit_length()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The ops these kernels implement (pyfuser/ops/narrow_precision.py holds their semantics and checks).
+
+
+def _layout_op_for(node, input, input_offsets, output_offsets):
+    ops.check_offsets(node.op.name, input.shape[0], input_offsets, output_offsets)
+    return layout_op(input, input_offsets, output_offsets)
+
+
+def _block_quantize_for(node, input, global_scale=None, swizzle_block_scales=False, block_size=16, dtype=None):
+    ops.check_k(node.op.name, input.shape[1], block_size)
+    data, scales = block_quantize(input, global_scale, swizzle=swizzle_block_scales, block_size=block_size)
+    if swizzle_block_scales:  # the launcher returns the padded buffer itself
+        scales = ops.logical_view(scales, input.shape[0], input.shape[1] // block_size)
+    return data, scales
+
+
+def _grouped_block_quantize_for(node, input, input_offsets, output_offsets, global_scale=None, block_size=16,
+                                dtype=None):
+    ops.check_k(node.op.name, input.shape[1], block_size)
+    ops.check_offsets(node.op.name, input.shape[0], input_offsets, output_offsets)
+    return grouped_block_quantize(input, input_offsets, output_offsets, global_scale, block_size=block_size)
+
+
+attach("preprocess_grouped_matmul_input_sf", kernel=_layout_op_for)
+attach("nv_block_quantize", kernel=_block_quantize_for)
+attach("nv_grouped_block_quantize", kernel=_grouped_block_quantize_for)

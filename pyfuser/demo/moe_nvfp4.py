@@ -109,7 +109,7 @@ class NVFP4Expert:
 
 def quantize_experts(w: torch.Tensor) -> NVFP4Expert:
     """Offline NVFP4 quantization of [E, N, K] weights, one global scale per expert (upstream's test recipe)."""
-    from . import reference
+    from ..nvfp4 import reference
 
     packed, scales, swizzled, gss = [], [], [], []
     for we in w.float():

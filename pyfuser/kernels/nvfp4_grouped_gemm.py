@@ -42,7 +42,7 @@ range of k-tiles; each stores its fp32 partial in a workspace, then bumps the ti
 arrive sums the SPLIT_K partials in split order (deterministic: the same bits whatever the arrival order), resets
 the counter to zero for the next launch and runs the epilogue.
 
-Host cost matters as much as GPU time at decode sizes: see ``pyfuser/nvfp4/launch.py`` (cached specializations are launched
+Host cost matters as much as GPU time at decode sizes: see ``pyfuser/codegen/launcher.py`` (cached specializations are launched
 without Triton's per-call argument binding).
 """
 
@@ -58,7 +58,11 @@ import triton
 import triton.language as tl
 from triton.runtime import driver
 
-from .launch import launch
+from ..codegen.launcher import launch
+from ..ir.dtypes import to_torch_dtype
+from ..ops import narrow_precision as ops
+from ..ops.registry import attach
+from ..nvfp4.gemm_contract import check_operands, contract_error, out_torch_dtype
 
 __all__ = ["GemmConfig", "default_config", "nvfp4_grouped_mm"]
 
@@ -105,79 +109,9 @@ def default_config(m: int, n: int, k: int, g: int) -> GemmConfig:
     return GemmConfig(128, 256, 128, 1, 8, True, 8, 4)
 
 
-_SUPPORTED_OUT = (torch.bfloat16, torch.float16)
-
-
-def _fail(msg: str):
-    raise ValueError(f"nvfp4_grouped_mm: {msg}")
-
-
-def _check_dtype(t: torch.Tensor, name: str, dtypes, what: str):
-    if not isinstance(t, torch.Tensor) or t.dtype not in dtypes:
-        got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
-        _fail(f"{name} must be {what}, got {got}")
-
-
-def _out_torch_dtype(out_dtype) -> torch.dtype:
-    if not isinstance(out_dtype, torch.dtype):  # a pyfuser DataType
-        from ..ir.dtypes import to_torch_dtype
-
-        out_dtype = to_torch_dtype(out_dtype)
-    if out_dtype not in _SUPPORTED_OUT:
-        _fail(f"out_dtype must be torch.bfloat16 or torch.float16, got {out_dtype}")
-    return out_dtype
-
-
-def check_operands(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets):
-    """The operand contract of fd.ops.cutlass_nvfp4_grouped_mm (dtypes, shapes, layouts, one device); returns
-    (M, N, K, G). Raises ValueError. Shared by this launcher and the op layer (which runs it on every path)."""
-    fp4 = (torch.float4_e2m1fn_x2, torch.uint8)  # uint8: the same packed bytes, already viewed for bit work
-    _check_dtype(mat1, "mat1", fp4, "packed fp4 (float4_e2m1fn_x2) [M, K/2]")
-    _check_dtype(mat2, "mat2", fp4, "packed fp4 (float4_e2m1fn_x2) [G, K/2, N]")
-    _check_dtype(scale1, "scale1", (torch.float8_e4m3fn,), "float8_e4m3fn")
-    _check_dtype(scale2, "scale2", (torch.float8_e4m3fn,), "float8_e4m3fn")
-    _check_dtype(alpha, "alpha", (torch.float32,), "float32 [G]")
-    for name, t in (("problem_sizes", problem_sizes), ("expert_offsets", expert_offsets), ("sf_offsets", sf_offsets)):
-        _check_dtype(t, name, (torch.int32,), "int32")
-    if mat1.dim() != 2 or mat2.dim() != 3:
-        _fail(f"mat1 must be [M, K/2] and mat2 [G, K/2, N], got {tuple(mat1.shape)} and {tuple(mat2.shape)}")
-    m, k = mat1.shape[0], mat1.shape[1] * 2
-    g, n = mat2.shape[0], mat2.shape[2]
-    if mat2.shape[1] * 2 != k:
-        _fail(f"mat2's K/2 is {mat2.shape[1]} but mat1's is {mat1.shape[1]}")
-    if k % 64 != 0:
-        _fail(f"K must be a multiple of 64 (K/2 a multiple of 32), got K={k}")
-    if n % 8 != 0:
-        _fail(f"N must be a multiple of 8, got N={n}")
-    if not mat1.is_contiguous():
-        _fail(f"mat1 must be contiguous, got strides {tuple(mat1.stride())}")
-    if not mat2.transpose(-1, -2).is_contiguous():
-        _fail(f"mat2 must be a [G, N, K/2] contiguous weight passed as .transpose(-1, -2) (strides [N*K/2, 1, K/2]), "
-              f"got strides {tuple(mat2.stride())}")
-    sk = k // 16
-    if scale1.dim() != 2 or scale1.shape[1] != sk or not scale1.is_contiguous():
-        _fail(f"scale1 must be a contiguous [rows, K/16={sk}] e4m3 tensor (the layout op's result or a plain "
-              f"[sum R_i, K/16] buffer), got shape {tuple(scale1.shape)} strides {tuple(scale1.stride())}")
-    n_rows = -(-n // 128) * 128
-    if scale2.dim() != 3 or tuple(scale2.shape) != (g, n_rows, sk) or not scale2.is_contiguous():
-        _fail(f"scale2 must be a contiguous [G, roundup(N,128), K/16] = {(g, n_rows, sk)} e4m3 tensor (each slice "
-              f"128x4-swizzled), got shape {tuple(scale2.shape)} strides {tuple(scale2.stride())}")
-    if tuple(alpha.shape) != (g,):
-        _fail(f"alpha must be [G={g}], got {tuple(alpha.shape)}")
-    if tuple(problem_sizes.shape) != (g, 3):
-        _fail(f"problem_sizes must be [G={g}, 3], got {tuple(problem_sizes.shape)}")
-    for name, t in (("expert_offsets", expert_offsets), ("sf_offsets", sf_offsets)):
-        if tuple(t.shape) != (g,):
-            _fail(f"{name} must be [G={g}], got {tuple(t.shape)}")
-    devices = {t.device for t in (mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)}
-    if len(devices) != 1:
-        _fail(f"all operands must be on one device, got {sorted(map(str, devices))}")
-    return m, n, k, g
-
-
 def _check_device(dev: torch.device) -> None:
     if dev.type != "cuda" and not (dev.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"):
-        _fail(f"the Triton kernel runs on CUDA tensors (or on CPU under TRITON_INTERPRET=1), got {dev}; "
+        contract_error(f"the Triton kernel runs on CUDA tensors (or on CPU under TRITON_INTERPRET=1), got {dev}; "
               "use pyfuser.nvfp4.reference.nvfp4_grouped_mm elsewhere")
 
 
@@ -215,7 +149,7 @@ def nvfp4_grouped_mm(
     zeros). ``shapes``: (M, N, K, G) from ``check_operands`` when the caller already checked the operands (the op
 layer does, on every path), to skip checking them twice. Temporaries: with predequant the fp16 token planes (2*M*K bytes); with split-K an fp32 workspace and
     a counter per output tile, kept per device and stream between calls (the kernel leaves the counters zero)."""
-    out_dtype = _out_torch_dtype(out_dtype)
+    out_dtype = out_torch_dtype(out_dtype)
     if shapes is None:
         shapes = check_operands(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
     m, n, k, g = shapes
@@ -227,19 +161,19 @@ layer does, on every path), to skip checking them twice. Temporaries: with prede
     if overrides:
         cfg = replace(cfg, **overrides)
         if cfg.block_k % 128 or cfg.block_m < 16 or cfg.block_n < 64 or cfg.split_k < 1 or cfg.group_m < 1:
-            _fail(f"block_k must be a multiple of 128, block_m >= 16 and block_n >= 64 (the MMA's sides), split_k "
+            contract_error(f"block_k must be a multiple of 128, block_m >= 16 and block_n >= 64 (the MMA's sides), split_k "
                   f"and group_m >= 1, got {cfg}")
         for name in ("block_m", "block_n", "block_k"):
             v = getattr(cfg, name)
             if v & (v - 1):
-                _fail(f"{name} must be a power of two, got {v}")
+                contract_error(f"{name} must be a power of two, got {v}")
 
     dev = mat1.device
     if out is None:
         out = torch.empty((m, n), dtype=out_dtype, device=dev)
     elif (not isinstance(out, torch.Tensor) or tuple(out.shape) != (m, n) or out.dtype != out_dtype
           or out.device != dev or (n > 1 and out.stride(1) != 1)):
-        _fail(f"out must be a [{m}, {n}] {out_dtype} tensor on {dev} with unit column stride")
+        contract_error(f"out must be a [{m}, {n}] {out_dtype} tensor on {dev} with unit column stride")
     if m == 0 or n == 0:
         return out
     if g == 0:
@@ -248,7 +182,7 @@ layer does, on every path), to skip checking them twice. Temporaries: with prede
     if alpha.stride(0) != 1 or expert_offsets.stride(0) != 1 or sf_offsets.stride(0) != 1:
         alpha, expert_offsets, sf_offsets = alpha.contiguous(), expert_offsets.contiguous(), sf_offsets.contiguous()
     if mat1.data_ptr() % 4 or mat2.data_ptr() % 4:
-        _fail("mat1 and mat2 must start on a 4-byte boundary (they are read as int32 words of 8 fp4 codes)")
+        contract_error("mat1 and mat2 must start on a 4-byte boundary (they are read as int32 words of 8 fp4 codes)")
     kw = k // 8
     g_block = _next_pow2(g)
     s1_capacity = scale1.untyped_storage().nbytes() - scale1.storage_offset()  # e4m3: one byte per element
@@ -532,3 +466,15 @@ def _nvfp4_gemm_kernel(
     res = (acc * scale).to(out_ptr.dtype.element_ty)
     ptrs = out_ptr + rows.to(tl.int64)[None, :] * stride_om + offs_n[:, None]
     tl.store(ptrs, res, mask=n_mask[:, None] & r_mask[None, :])
+
+
+def _cutlass_nvfp4_grouped_mm_for(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets,
+                                  dtype):
+    """fd.ops.cutlass_nvfp4_grouped_mm's kernel: the op's checks (pyfuser/ops/narrow_precision.py), then the GEMM."""
+    shapes = ops.check_gemm(node.op.name, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets,
+                            sf_offsets)
+    return nvfp4_grouped_mm(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets,
+                            to_torch_dtype(dtype), shapes=shapes)
+
+
+attach("cutlass_nvfp4_grouped_mm", kernel=_cutlass_nvfp4_grouped_mm_for)

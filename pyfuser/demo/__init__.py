@@ -20,9 +20,9 @@ from typing import Callable, Optional, TextIO
 import torch
 import torch.nn.functional as F
 
-from .frontend import FusionDefinition
-from .ir import DataType
-from .ops import registry
+from ..frontend import FusionDefinition
+from ..ir import DataType
+from ..ops import registry
 
 # Sizes per device: small enough for a 2-core CPU in well under a second, large enough on a GPU that the
 # layouts and timings mean something. S+1 columns make the #4888 slice leave rows that are not 16-byte aligned.
@@ -337,20 +337,22 @@ def _define(case: Case, inputs: list, sz: dict) -> FusionDefinition:
 def _print_segments(fd: FusionDefinition, p) -> None:
     p("\nsegments:")
     runtime = fd.last_runtime()
-    for seg, executor in zip(runtime.segments, runtime.executors):
+    for seg, report in zip(runtime.segments, runtime.describe()):
         ins = ", ".join(v.name for v in seg.inputs)
         outs = ", ".join(v.name for v in seg.outputs)
         ops = ", ".join(e.op.name for e in seg.exprs)
         p(f"  {seg.index}: {seg.kind.value:<16} ({ins}) -> ({outs})  ops: {ops}")
-        p(f"     runs as: {_executor_summary(executor)}")
+        p(f"     runs as: {_run_summary(runtime, report)}")
 
 
-def _executor_summary(executor) -> str:
-    """A generated Triton kernel (by name), or ATen with the runtime's reason for not generating one."""
-    plan = getattr(executor, "plan", None)
-    if plan is not None:
-        return f"generated Triton kernel {plan.name} (grid {plan.grid})"
-    return f"ATen, op by op ({executor.reason})"
+def _run_summary(runtime, report) -> str:
+    """A generated Triton kernel (by name), a hand-written kernel, or ATen with the reason."""
+    step = runtime.kernel_step(report.index)
+    if step is not None:
+        return f"generated Triton kernel {step.plan.name} (grid {step.plan.grid})"
+    if report.runs_as == "op kernel":
+        return f"hand-written Triton kernel ({report.reason})"
+    return f"ATen, op by op ({report.reason})"
 
 
 def _print_layouts(case: Case, fd: FusionDefinition, inputs: list, sz: dict, p) -> None:
@@ -387,9 +389,9 @@ MOE_CASE = "moe_nvfp4"
 
 
 def run_moe(device: torch.device, out: TextIO) -> str:
-    """The NVFP4 MoE layer (pyfuser/nvfp4/moe.py): one fusion from router to weighted sum, NVFP4 expert weights,
+    """The NVFP4 MoE layer (pyfuser/demo/moe_nvfp4.py): one fusion from router to weighted sum, NVFP4 expert weights,
     checked against a torch emulation of the same math (tightly) and the bf16 layer (NVFP4's error)."""
-    from .nvfp4 import moe
+    from . import moe_nvfp4 as moe
 
     print("=" * 100, file=out)
     print("(moe) MoE layer with NVFP4 experts: router, top-k, permutation, grouped quantize + layout op, NVFP4 "

@@ -1,0 +1,149 @@
+"""The one way pyfuser launches a Triton kernel, generated or hand-written.
+
+Triton's JIT dispatch (``kernel[grid](...)``) binds and specializes every argument on every call: measured on the
+H200's host, 20-100 us per launch, more than the GPU time of most fused kernels. A :class:`Launcher` therefore
+launches each specialization it has seen before straight through the compiled kernel's launcher, with raw
+pointers, keyed on everything Triton 3.x specializes runtime arguments on: pointer dtypes and 16-byte alignment,
+integers equal to 1, divisible by 16 or outside int32, scalar types, and the constexpr values. Only the first
+launch of a specialization goes through the JIT (which compiles, or loads Triton's on-disk cache).
+
+Falls back to the JIT path, always correct but slow:
+- while a profiler's launch hooks are installed (``triton.knobs.runtime.launch_enter_hook``/``exit_hook``): they
+  need Triton's launch metadata, which only the JIT path builds;
+- under the Triton interpreter (``TRITON_INTERPRET=1``), where nothing is compiled. Interpreted launches are
+  serialized by one lock: the interpreter patches module state while it runs a kernel, so two threads
+  interpreting at once corrupt each other;
+- for good, after a direct launch failed (an incompatible Triton), with a warning;
+- when ``PYFUSER_DIRECT_LAUNCH=0``.
+
+``stats`` counts launches by path, for tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import warnings
+from typing import Callable, Optional, Sequence
+
+import torch
+
+log = logging.getLogger("pyfuser")
+
+_INTERPRET_LOCK = threading.RLock()
+_direct_enabled = os.environ.get("PYFUSER_DIRECT_LAUNCH", "1") != "0"
+stats = {"direct": 0, "jit": 0, "interpreted": 0}
+
+
+def interpreting() -> bool:
+    """Whether Triton kernels run in Triton's CPU interpreter (decided by TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def triton_usable(device: torch.device) -> bool:
+    """Triton kernels run on CUDA devices, and on CPU tensors under the Triton interpreter."""
+    return device.type == "cuda" or (device.type == "cpu" and interpreting())
+
+
+def _launch_hooks_installed() -> bool:
+    try:
+        from triton import knobs
+
+        return bool(knobs.runtime.launch_enter_hook.calls or knobs.runtime.launch_exit_hook.calls)
+    except (ImportError, AttributeError):  # another Triton: its hooks cannot be inspected, so assume some
+        return True
+
+
+def _int_spec(v: int) -> tuple:
+    return v == 1, v % 16 == 0, -(2**31) <= v < 2**31
+
+
+def _scalar_spec(v) -> object:
+    if type(v) is int:
+        return _int_spec(v)
+    return type(v)
+
+
+class Launcher:
+    """A Triton JIT function at fixed launch options (``num_warps``, ``num_stages``).
+
+    ``launch(grid, tensors, scalars, constexprs)`` calls the kernel with its parameters in order: pointer
+    arguments first, then runtime scalars, then constexpr values (given positionally)."""
+
+    def __init__(self, fn, num_warps: int, num_stages: Optional[int] = None, name: Optional[str] = None,
+                 compile_options: Optional[dict] = None):
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", repr(fn))
+        self.options = {"num_warps": num_warps, **(compile_options or {})}
+        if num_stages is not None:
+            self.options["num_stages"] = num_stages
+        self._compiled: dict = {}
+        self._lock = threading.Lock()
+
+    def launch(self, grid: Sequence[int], tensors: Sequence[torch.Tensor], scalars: Sequence = (),
+               constexprs: Sequence = (), jit_tensors: Optional[Callable[[], Sequence[torch.Tensor]]] = None) -> None:
+        """``jit_tensors()``, if given, builds the pointer arguments as the JIT path must see them (views of other
+        dtypes at the same addresses as ``tensors``); they are only built on that path."""
+        global _direct_enabled
+        g0 = grid[0]
+        g1 = grid[1] if len(grid) > 1 else 1
+        g2 = grid[2] if len(grid) > 2 else 1
+        first = tensors[0]
+        if first.device.type != "cuda":
+            with _INTERPRET_LOCK:
+                stats["interpreted"] += 1
+                self.fn[(g0, g1, g2)](*(jit_tensors() if jit_tensors else tensors), *scalars, *constexprs,
+                                      **self.options)
+            return
+        direct = _direct_enabled and not _launch_hooks_installed()
+        if direct:
+            ptrs = [t.data_ptr() for t in tensors]
+            key = (first.device.index, *[t.dtype for t in tensors], *[p % 16 == 0 for p in ptrs],
+                   *map(_scalar_spec, scalars), *constexprs)
+            compiled = self._compiled.get(key)
+            if compiled is not None:
+                try:
+                    stream = torch._C._cuda_getCurrentRawStream(first.device.index)  # the capture stream too
+                    compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None,
+                                 *ptrs, *scalars, *constexprs)
+                    stats["direct"] += 1
+                    return
+                except Exception as e:  # an incompatible Triton: take the JIT path from now on
+                    warnings.warn(f"pyfuser: direct kernel launch failed ({type(e).__name__}: {e}); using Triton's "
+                                  "JIT launch path from now on")
+                    _direct_enabled = direct = False
+        start = time.perf_counter()
+        compiled = self.fn[(g0, g1, g2)](*(jit_tensors() if jit_tensors else tensors), *scalars, *constexprs,
+                                         **self.options)
+        stats["jit"] += 1
+        if direct and compiled is not None and hasattr(compiled, "run") and hasattr(compiled, "packed_metadata"):
+            with self._lock:
+                new = key not in self._compiled
+                self._compiled[key] = compiled
+            if new and log.isEnabledFor(logging.INFO):
+                log.info("pyfuser: kernel %s specialized and launched in %.1f ms (Triton compile or cache load)",
+                         self.name, (time.perf_counter() - start) * 1e3)
+
+    def clear(self) -> None:
+        """Drop the compiled specializations (their device code is freed once nothing else holds them)."""
+        with self._lock:
+            self._compiled.clear()
+
+
+_LAUNCHERS: dict = {}
+_LAUNCHERS_LOCK = threading.Lock()
+
+
+def launch(kernel, grid: Sequence[int], tensors: Sequence[torch.Tensor], ints: Sequence[int], meta: dict,
+           num_warps: int, num_stages: Optional[int] = None, jit_tensors: Optional[Callable] = None) -> None:
+    """Launch a hand-written kernel: ``kernel[grid](*tensors, *ints, **meta, num_warps=, num_stages=)``, its
+    constexpr parameters (``meta``, in parameter order) last. One :class:`Launcher` per (kernel, launch options)
+    lives for the process: hand-written kernels are a fixed, small set."""
+    key = (kernel, num_warps, num_stages)
+    launcher = _LAUNCHERS.get(key)
+    if launcher is None:
+        with _LAUNCHERS_LOCK:
+            launcher = _LAUNCHERS.setdefault(key, Launcher(kernel, num_warps, num_stages))
+    launcher.launch(grid, tensors, ints, tuple(meta.values()), jit_tensors)

@@ -1,0 +1,193 @@
+"""A flat execution plan: what a cached call runs.
+
+Preparing a runtime for an input signature turns its segments into a list of ready-to-call steps
+(pyfuser/runtime/steps.py) over a list of value slots: the fusion's inputs take slots ``0..n-1`` in order, every
+value a later step or the caller needs gets the next free slot, constants are baked into each step's argument
+binder. A call is then: copy the inputs into a fresh slot list, run the steps, write alias outputs into their
+inputs, pick the outputs. No IR walking, no option parsing, no dictionaries keyed by ids.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import torch
+
+from ..codegen.compiler import load_kernel
+from ..codegen.kernel_builder import COMPILE_OPTIONS
+from ..codegen.launcher import Launcher, triton_usable
+from ..codegen.plan import TensorMeta, plan_kernel, segment_metas
+from ..errors import FusionExecutionError
+from ..ir.dtypes import DataType
+from ..ir.nodes import Scalar, TensorView, Val, Vector
+from ..ops.registry import OpKind
+from ..segment.loop_domain import NotFusable
+from ..segment.segmenter import SchedulerKind, Segment, SegmentedFusion
+from .steps import CallStep, KernelStep, LayoutCheckStep, StepReport, compile_binder, scalar_args
+
+
+class SlotMap:
+    """Val -> slot number, by identity (only while the plan is built)."""
+
+    def __init__(self, inputs: Sequence[Val]):
+        self._slots: dict[int, int] = {}
+        self._keep: list = []  # keeps the Vals alive so their ids stay unique while building
+        for v in inputs:
+            self.assign(v)
+
+    def assign(self, v: Val) -> int:
+        slot = self._slots.get(id(v))
+        if slot is None:
+            slot = self._slots[id(v)] = len(self._keep)
+            self._keep.append(v)
+        return slot
+
+    def get(self, v: Val) -> Optional[int]:
+        return self._slots.get(id(v))
+
+    def __len__(self) -> int:
+        return len(self._keep)
+
+
+def _is_scalar_expr(e) -> bool:
+    return all(isinstance(o, (Scalar, Vector)) for o in e.outputs)
+
+
+class ExecutionPlan:
+    """Steps over slots, plus how to bind inputs and collect outputs. ``segment_steps[i]`` lists the steps
+    segment ``i`` runs (for introspection); ``steps`` is the flat order."""
+
+    def __init__(self, runtime, flat_inputs: Sequence[Any]):
+        segmented: SegmentedFusion = runtime.segmented
+        fusion = segmented.fusion
+        options, device = runtime.options, runtime.device
+        self.n_inputs = len(fusion.inputs)
+        slots = SlotMap(fusion.inputs)
+        use_kernels = options.kernel_codegen and triton_usable(device)
+        input_metas = {id(v): TensorMeta(tuple(x.shape), tuple(x.stride()), x.dtype)
+                       for v, x in zip(fusion.inputs, flat_inputs) if isinstance(x, torch.Tensor)}
+        self.segment_steps: list[list] = []
+        self.segment_reasons: list[str] = []
+        expr_eval_outputs: set[int] = set()
+        for seg in segmented.segments:
+            steps, reason = self._segment_steps(seg, slots, runtime, input_metas, use_kernels, expr_eval_outputs)
+            if options.check_layouts:
+                checks = [(slots.get(o), o.name, runtime.layouts[id(o)]) for o in seg.outputs
+                          if isinstance(o, TensorView) and id(o) in runtime.layouts and slots.get(o) is not None]
+                steps = steps + [LayoutCheckStep(seg, checks)]
+            self.segment_steps.append(steps)
+            self.segment_reasons.append(reason)
+        self.steps = [s for steps in self.segment_steps for s in steps]
+        self.n_slots = len(slots)
+        self._outputs = compile_binder(list(fusion.outputs), slots.get)
+        self.aliases = [(slots.get(val), slots.get(inp)) for val, inp in fusion.aliases]
+        self.alias_vals = list(fusion.aliases)
+        # Inputs a Triton kernel reads as raw memory: a negative-bit view (x.conj().imag, torch._neg_view) stores
+        # unnegated values, so such an input is materialized (resolve_neg) before the steps run.
+        raw_readers = {s for step in self.steps if isinstance(step, KernelStep) for s in step.in_slots}
+        raw_readers |= {i for step in self.steps if isinstance(step, CallStep) and step.kind == "op kernel"
+                        for i in range(self.n_inputs)}
+        self.resolve_slots = [i for i, x in enumerate(flat_inputs)
+                              if i in raw_readers and isinstance(x, torch.Tensor) and (x.is_neg() or x.is_conj())]
+
+    # --- building ---------------------------------------------------------------------------------------------
+    def _segment_steps(self, seg: Segment, slots: SlotMap, runtime, input_metas, use_kernels: bool,
+                       expr_eval_outputs: set) -> tuple[list, str]:
+        """The steps of one segment and, when it runs on ATen, why."""
+        own_kernel = any(e.op.kind is OpKind.OWN_KERNEL for e in seg.exprs)
+        if seg.kind is SchedulerKind.EXPR_EVAL or own_kernel:
+            expr_eval_outputs.update(id(o) for o in seg.outputs)
+            reason = "ExprEval segment"
+            if own_kernel and not use_kernels:  # why the op's torch reference runs instead of its kernel
+                reason = "torch reference of an op with a hand-written kernel: " + (
+                    "kernel_codegen is disabled" if not runtime.options.kernel_codegen
+                    else f"no Triton on {runtime.device.type}")
+            return self._call_steps(seg, seg.exprs, slots, use_kernels, reason), reason
+        reason = self._why_no_kernel(runtime)
+        if reason is None:
+            step_or_reason = self._kernel_steps(seg, slots, runtime, input_metas, expr_eval_outputs)
+            if not isinstance(step_or_reason, str):
+                return step_or_reason, ""
+            reason = step_or_reason
+        return self._call_steps(seg, seg.exprs, slots, False, reason), reason
+
+    @staticmethod
+    def _why_no_kernel(runtime) -> Optional[str]:
+        if not runtime.options.kernel_codegen:
+            return "kernel_codegen is disabled"
+        if not triton_usable(runtime.device):
+            return f"no Triton on {runtime.device.type}"
+        return None
+
+    def _call_steps(self, seg: Segment, exprs, slots: SlotMap, use_kernels: bool, reason: str) -> list:
+        steps = []
+        for e in exprs:
+            own = use_kernels and e.op.kernel is not None
+            fn = e.op.kernel if own else e.op.evaluate
+            bind_args = compile_binder(tuple(e.args), slots.get)
+            bind_kwargs = compile_binder(dict(e.kwargs), slots.get)
+            out_slots = [slots.assign(o) for o in e.outputs]
+            element_slots = [[slots.assign(x) for x in o.elements] if isinstance(o, Vector) else None
+                             for o in e.outputs]
+            kind = "op kernel" if own else "aten"
+            steps.append(CallStep(e, fn, bind_args, bind_kwargs, out_slots, element_slots, kind,
+                                  e.op.name if own else reason, seg.index))
+        return steps
+
+    def _kernel_steps(self, seg: Segment, slots: SlotMap, runtime, input_metas: dict, expr_eval_outputs: set):
+        """[host scalar steps..., KernelStep], or the reason no kernel could be planned."""
+        metas = segment_metas(seg, runtime.layouts, input_metas)
+        if metas is None:
+            return "a boundary layout is unknown"
+        scalar_exprs = [e for e in seg.exprs if _is_scalar_expr(e)]
+        try:
+            plan = plan_kernel(seg, metas, scalar_exprs)
+        except NotFusable as e:
+            return str(e)
+        steps = self._call_steps(seg, scalar_exprs, slots, False, "host scalar")
+        # The ATen steps that run instead when a layout guard fails (they write the kernel's output slots too).
+        fallback = self._call_steps(seg, [e for e in seg.exprs if e not in scalar_exprs], slots, False,
+                                    "input strides differ from the assumed layout")
+        guards = []
+        if not runtime.options.infer_contiguity:
+            guards = [(slots.get(tv), tuple(metas[id(tv)].strides)) for tv in plan.inputs
+                      if id(tv) in expr_eval_outputs]
+        scalars = plan.scalar_vals
+        convert = any(isinstance(s, TensorView) or s.dtype is DataType.Bool for s in scalars if isinstance(s, Val))
+        launcher = Launcher(load_kernel(plan.source, plan.name), plan.num_warps, name=plan.name,
+                            compile_options=COMPILE_OPTIONS)
+        out_metas = [(tuple(metas[id(tv)].sizes), tuple(metas[id(tv)].strides), metas[id(tv)].dtype)
+                     for tv in plan.outputs]
+        step = KernelStep(plan, launcher, [slots.get(tv) for tv in plan.inputs], [slots.assign(tv) for tv in plan.outputs],
+                          out_metas, scalar_args(compile_binder(tuple(scalars), slots.get), convert),
+                          runtime.device, guards, fallback, seg.index)
+        return steps + [step]
+
+    # --- running ----------------------------------------------------------------------------------------------
+    def bind(self, flat: Sequence[Any]) -> list:
+        v = list(flat)
+        v.extend([None] * (self.n_slots - self.n_inputs))
+        for i in self.resolve_slots:
+            v[i] = v[i].resolve_neg().resolve_conj()
+        return v
+
+    def run_steps(self, v: list) -> None:
+        for step in self.steps:
+            step.run(v)
+
+    def finish(self, v: list, flat: Sequence[Any]) -> list:
+        """Write alias outputs into their inputs (the caller's tensors, not resolved copies), pick the outputs."""
+        for (val_slot, in_slot), (val, inp) in zip(self.aliases, self.alias_vals):
+            target = flat[in_slot]
+            if target.device.type == "meta":
+                continue
+            try:
+                target.copy_(v[val_slot])
+            except RuntimeError as e:  # e.g. an expanded (stride-0) input cannot be written element by element
+                raise FusionExecutionError(
+                    f"add_output({val.name}, alias_input={inp.name}): cannot write into input {inp.name} (sizes "
+                    f"{list(target.shape)}, strides {list(target.stride())}): {e}") from e
+        return self._outputs(v)
+
+    def reports(self) -> list[list[StepReport]]:
+        return [[r for r in (s.describe() for s in steps) if r is not None] for steps in self.segment_steps]

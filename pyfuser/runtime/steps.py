@@ -1,0 +1,184 @@
+"""The steps of a flat execution plan: the one executor interface of pyfuser.
+
+A step reads and writes a list of values by precomputed slot numbers, so a cached call never looks at the IR.
+Three kinds:
+
+- :class:`CallStep` runs one op's evaluator: its ATen implementation (``kind == "aten"``), or the op's hand-written
+  Triton kernel (``kind == "op kernel"``, the NVFP4 family in pyfuser/kernels);
+- :class:`KernelStep` launches a generated Triton kernel (``kind == "triton"``) through the one launcher;
+- :class:`LayoutCheckStep` compares segment outputs with their inferred layouts (option ``check_layouts``).
+
+Every step reports what it is (:meth:`describe`) for ``fd.last_execution()`` and ``PYFUSER_DUMP``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+
+from ..errors import FusionExecutionError, PyfuserError
+
+
+@dataclass
+class StepReport:
+    kind: str  # "aten", "triton" or "op kernel"
+    name: str  # the op name, or the generated kernel's name
+    reason: str = ""  # why ATen runs this (or which hand-written kernel runs)
+    source: Optional[str] = None  # a generated kernel's Triton source
+
+
+def compile_binder(template: Any, slot_of: Callable[[Any], Optional[int]]) -> Callable[[list], Any]:
+    """A function ``values -> template`` with every Val replaced by its value, compiled once to Python.
+
+    ``slot_of(val)`` is the slot holding ``val`` at run time, or None when its value is known now (constant
+    scalars; a Vector whose elements are resolved one by one). Lists, tuples and dicts are rebuilt; any other
+    object is a constant."""
+    from ..ir.nodes import Scalar, Val, Vector
+
+    consts: dict = {}
+
+    def const(x) -> str:
+        name = f"c{len(consts)}"
+        consts[name] = x
+        return name
+
+    def emit(x) -> str:
+        if isinstance(x, Val):
+            slot = slot_of(x)
+            if slot is not None:
+                return f"v[{slot}]"
+            if isinstance(x, Scalar) and x.is_constant:
+                return const(x.value)
+            if isinstance(x, Vector):
+                return "[" + ", ".join(emit(e) for e in x.elements) + "]"
+            raise FusionExecutionError(f"internal error: no value bound for {x.name}")
+        if isinstance(x, list):
+            return "[" + ", ".join(emit(e) for e in x) + "]"
+        if isinstance(x, tuple):
+            return "(" + "".join(emit(e) + ", " for e in x) + ")"
+        if isinstance(x, dict):
+            return "{" + ", ".join(f"{k!r}: {emit(e)}" for k, e in x.items()) + "}"
+        return const(x)
+
+    return eval(f"lambda v: {emit(template)}", consts)  # noqa: S307 (source built above from slots and names)
+
+
+class CallStep:
+    """One op evaluated by a Python callable: ``fn(node, *args, **kwargs)``; outputs stored by slot."""
+
+    __slots__ = ("node", "fn", "bind_args", "bind_kwargs", "out_slots", "element_slots", "kind", "reason",
+                 "segment")
+
+    def __init__(self, node, fn: Callable, bind_args, bind_kwargs, out_slots: list, element_slots: list,
+                 kind: str, reason: str, segment: int):
+        self.node, self.fn = node, fn
+        self.bind_args, self.bind_kwargs = bind_args, bind_kwargs
+        self.out_slots = out_slots  # one per output (None: the value is not needed later)
+        self.element_slots = element_slots  # per output: slots of a Vector output's elements, or None
+        self.kind, self.reason, self.segment = kind, reason, segment
+
+    def run(self, v: list) -> None:
+        try:
+            result = self.fn(self.node, *self.bind_args(v), **self.bind_kwargs(v))
+        except PyfuserError:
+            raise
+        except (RuntimeError, ValueError, TypeError, IndexError, ZeroDivisionError) as e:
+            outs = ", ".join(o.name for o in self.node.outputs)
+            raise FusionExecutionError(f"fd.ops.{self.node.op.name} ({outs}) failed: {e}") from e
+        slots = self.out_slots
+        if len(slots) == 1:
+            result = (result,)
+        for slot, elems, value in zip(slots, self.element_slots, result):
+            if slot is not None:
+                v[slot] = value
+            if elems is not None:
+                for s, x in zip(elems, value):
+                    v[s] = x
+
+    def describe(self) -> StepReport:
+        return StepReport(self.kind, self.node.op.name, self.reason)
+
+
+def _scalar_arg(x):
+    if isinstance(x, torch.Tensor):  # a 0-dim CPU tensor passed by value
+        x = x.item()
+    return int(x) if isinstance(x, bool) else x
+
+
+class KernelStep:
+    """A generated Triton kernel: allocate the outputs with their inferred (eager) strides, launch.
+
+    ``guards``: (slot, strides) of inputs whose layout the kernel assumes but the plan could not prove (layout
+    inference off); a call that breaks one runs ``fallback`` (the segment's ATen steps) instead."""
+
+    __slots__ = ("plan", "launcher", "in_slots", "out_slots", "out_metas", "bind_scalars", "constexprs", "grid",
+                 "device", "guards", "fallback", "segment", "empty", "last_path")
+
+    def __init__(self, plan, launcher, in_slots, out_slots, out_metas, bind_scalars, device, guards, fallback,
+                 segment: int):
+        self.plan, self.launcher = plan, launcher
+        self.in_slots, self.out_slots, self.out_metas = in_slots, out_slots, out_metas
+        self.bind_scalars = bind_scalars
+        self.constexprs = (*plan.fixed_args, plan.block_r, plan.block_c)
+        self.grid = plan.grid
+        self.device = device
+        self.guards, self.fallback = guards, fallback
+        self.segment = segment
+        self.empty = plan.n_rows * plan.n_cols == 0
+        self.last_path = None
+
+    def run(self, v: list) -> None:
+        for slot, strides in self.guards:
+            if v[slot].stride() != strides:
+                # The kernel was generated for a layout these tensors do not have: take the safe path.
+                self.last_path = "aten (layout guard)"
+                for step in self.fallback:
+                    step.run(v)
+                return
+        self.last_path = "kernel"
+        device = self.device
+        outs = [torch.empty_strided(sizes, strides, dtype=dtype, device=device) for sizes, strides, dtype in
+                self.out_metas]
+        if not self.empty:
+            self.launcher.launch(self.grid, [v[s] for s in self.in_slots] + outs, self.bind_scalars(v),
+                                 self.constexprs)
+        for slot, t in zip(self.out_slots, outs):
+            v[slot] = t
+
+    def describe(self) -> StepReport:
+        return StepReport("triton", self.plan.name, "", self.plan.source)
+
+
+def scalar_args(bind: Callable[[list], tuple], convert: bool) -> Callable[[list], tuple]:
+    """The kernel's by-value scalars; ``convert`` when some may be 0-dim CPU tensors or bools."""
+    if not convert:
+        return bind
+    return lambda v: tuple(map(_scalar_arg, bind(v)))
+
+
+class LayoutCheckStep:
+    """``check_layouts``: each segment output against its inferred layout (a debugging aid)."""
+
+    __slots__ = ("segment", "checks")
+
+    def __init__(self, segment, checks: list):
+        self.segment = segment  # the Segment (for its index and kind)
+        self.checks = checks  # [(slot, tv name, TensorLayout)]
+
+    def run(self, v: list) -> None:
+        seg = self.segment
+        for slot, name, expected in self.checks:
+            t = v[slot]
+            # Strides of size-1 dims carry no information (ATen's CPU and meta kernels differ there).
+            strides = tuple(st for st, n in zip(t.stride(), t.shape) if n != 1)
+            want = tuple(st for st, n in zip(expected.strides, expected.sizes) if n != 1)
+            if tuple(t.shape) != expected.sizes or strides != want:
+                raise FusionExecutionError(
+                    f"segment {seg.index} ({seg.kind.value}) produced {name} with sizes {list(t.shape)} and strides "
+                    f"{list(t.stride())}, but its layout was inferred as {expected}"
+                )
+
+    def describe(self) -> Optional[StepReport]:
+        return None
