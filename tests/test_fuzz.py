@@ -153,16 +153,13 @@ def known_bugs(program: fuzz_gen.Program, error: BaseException) -> list[str]:
     """Open bugs (each has a strict regression test below) and interpreter gaps that can explain a failure of
     ``program``. Fixed bugs are not listed: a failure that looks like one is a regression and must fail."""
     found = []
-    if any(spec.layout == "conjimag" for spec in program.inputs):
-        found.append("runtime: a conj().imag input is read at other strides than its own "
-                     "(test_regression_conj_imag_input)")
+    if any(spec.layout in ("negbit", "conjimag") for spec in program.inputs):
+        found.append("runtime: negative-bit inputs are resolved only where a kernel reads a fusion input directly "
+                     "(test_regression_neg_bit_through_aten_view, test_regression_conj_imag_input, "
+                     "test_regression_neg_bit_input_as_output)")
     if any(v.numel == 0 for op in program.ops for v in op.outs) and "but its layout was inferred" in str(error):
         found.append("runtime: check_layouts compares the strides of an empty tensor "
                      "(test_regression_check_layouts_empty)")
-    neg_inputs = {id(spec.val) for spec in program.inputs if spec.layout in ("negbit", "conjimag")}
-    if any(id(v) in neg_inputs for v in program.outputs) and "aliases input None" in str(error):
-        found.append("runtime: a negative-bit input returned as an output is a copy, eager returns the input "
-                     "(test_regression_neg_bit_input_as_output)")
     if os.environ.get("TRITON_INTERPRET") == "1" and "ufunc 'bitwise_and' not supported" in str(error):
         # Not pyfuser: triton 3.6's interpreter fails on (0-dim int1) & (2-D int1) when the 0-dim operand comes
         # from a by-value float argument (tl.full([], s0, tl.float32) != 0); the GPU compiles it.
@@ -532,12 +529,12 @@ def test_regression_materialized_expanded_dim(boundary):
     run_program(_program(build))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Found by the fuzzer (layout conjimag). x = z.conj().imag of a complex [2, 2] tensor is a float view with the "
-    "negative bit, strides (4, 2) and storage offset 1; a kernel segment reading it returns garbage (e.g. "
-    "neg(x) gives [[-1, -3], [1.8e29, -6.9e-44]] for x = [[1, 2], [3, -4]]), while a torch._neg_view input of "
-    "contiguous memory is read correctly: the runtime resolves the negative bit but indexes the result with "
-    "the view's strides, or the other way round. Runtime (input binding), not codegen."))
+# Fixed in the runtime (plan.py / steps.py). Found by the fuzzer:
+# Found by the fuzzer (layout conjimag). x = z.conj().imag of a complex [2, 2] tensor is a float view with the 
+# negative bit, strides (4, 2) and storage offset 1; a kernel segment reading it returns garbage (e.g. 
+# neg(x) gives [[-1, -3], [1.8e29, -6.9e-44]] for x = [[1, 2], [3, -4]]), while a torch._neg_view input of 
+# contiguous memory is read correctly: the runtime resolves the negative bit but indexes the result with 
+# the view's strides, or the other way round. Runtime (input binding), not codegen.
 def test_regression_conj_imag_input():
     def build(b):
         x = b.input((2, 2), fuzz_gen.F32, "conjimag", seed=13)
@@ -546,11 +543,11 @@ def test_regression_conj_imag_input():
     run_program(_program(build))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Found by the fuzzer (zero-size inputs). With check_layouts, a segment output with a zero extent is "
-    "compared stride by stride with its inferred layout ('produced T11 with sizes [4, 0, 1] and strides [0, 1, 0], "
-    "but its layout was inferred as ... strides=[1, 1, 1]'); an empty tensor's strides carry no information "
-    "(eager's own empty results differ by device). Runtime (layout check), not codegen."))
+# Fixed in the runtime (plan.py / steps.py). Found by the fuzzer:
+# Found by the fuzzer (zero-size inputs). With check_layouts, a segment output with a zero extent is 
+# compared stride by stride with its inferred layout ('produced T11 with sizes [4, 0, 1] and strides [0, 1, 0], 
+# but its layout was inferred as ... strides=[1, 1, 1]'); an empty tensor's strides carry no information 
+# (eager's own empty results differ by device). Runtime (layout check), not codegen.
 def test_regression_check_layouts_empty():
     def build(b):
         x = b.input((4, 0, 1), fuzz_gen.F32, seed=14)
@@ -561,14 +558,27 @@ def test_regression_check_layouts_empty():
     run_program(_program(build))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Found by the fuzzer (negbit layout). An input with the negative bit set that is also an output comes back "
-    "as a resolved copy; eager (and pyfuser for any other input) returns the input tensor itself. Runtime "
-    "(resolving negative-bit inputs), not codegen."))
+# Fixed in the runtime (plan.py / steps.py). Found by the fuzzer:
+# Found by the fuzzer (negbit layout). An input with the negative bit set that is also an output comes back 
+# as a resolved copy; eager (and pyfuser for any other input) returns the input tensor itself. Runtime 
+# (resolving negative-bit inputs), not codegen.
 def test_regression_neg_bit_input_as_output():
     def build(b):
         x = b.input((3, 4), fuzz_gen.F32, "negbit", seed=16)
         b.output(b.apply("abs", x))
         b.output(x)
+
+    run_program(_program(build))
+
+
+# Fixed in the runtime (plan.py / steps.py). Found by the fuzzer:
+# Found by the fuzzer on the H200 (seed 3334) and on CPU. A negative-bit input (torch._neg_view) that goes 
+# through an ATen segment first (here a slice) reaches the next kernel as a view that still has the negative 
+# bit, and the kernel reads its raw memory: every value has the wrong sign. Inputs read by a kernel directly 
+# are resolved. Runtime (resolving negative-bit tensors at segment boundaries), not codegen.
+def test_regression_neg_bit_through_aten_view():
+    def build(b):
+        x = b.input((3, 5), fuzz_gen.F32, "negbit", seed=17)
+        b.output(b.apply("add", b.apply("slice", x, [2, 0], [3, 2]), 0.5))
 
     run_program(_program(build))
