@@ -529,11 +529,11 @@ def test_regression_materialized_expanded_dim(boundary):
     run_program(_program(build))
 
 
-# Fixed in the runtime (plan.py / steps.py). Found by the fuzzer:
-# Found by the fuzzer (layout conjimag). x = z.conj().imag of a complex [2, 2] tensor is a float view with the 
-# negative bit, strides (4, 2) and storage offset 1; a kernel segment reading it returns garbage (e.g. 
-# neg(x) gives [[-1, -3], [1.8e29, -6.9e-44]] for x = [[1, 2], [3, -4]]), while a torch._neg_view input of 
-# contiguous memory is read correctly: the runtime resolves the negative bit but indexes the result with 
+# Fixed in the runtime (runtime/plan.py, runtime/steps.py):
+# Found by the fuzzer (layout conjimag). x = z.conj().imag of a complex [2, 2] tensor is a float view with the
+# negative bit, strides (4, 2) and storage offset 1; a kernel segment reading it returns garbage (e.g.
+# neg(x) gives [[-1, -3], [1.8e29, -6.9e-44]] for x = [[1, 2], [3, -4]]), while a torch._neg_view input of
+# contiguous memory is read correctly: the runtime resolves the negative bit but indexes the result with
 # the view's strides, or the other way round. Runtime (input binding), not codegen.
 def test_regression_conj_imag_input():
     def build(b):
@@ -543,10 +543,10 @@ def test_regression_conj_imag_input():
     run_program(_program(build))
 
 
-# Fixed in the runtime (plan.py / steps.py). Found by the fuzzer:
-# Found by the fuzzer (zero-size inputs). With check_layouts, a segment output with a zero extent is 
-# compared stride by stride with its inferred layout ('produced T11 with sizes [4, 0, 1] and strides [0, 1, 0], 
-# but its layout was inferred as ... strides=[1, 1, 1]'); an empty tensor's strides carry no information 
+# Fixed in the runtime (runtime/plan.py, runtime/steps.py):
+# Found by the fuzzer (zero-size inputs). With check_layouts, a segment output with a zero extent is
+# compared stride by stride with its inferred layout ('produced T11 with sizes [4, 0, 1] and strides [0, 1, 0],
+# but its layout was inferred as ... strides=[1, 1, 1]'); an empty tensor's strides carry no information
 # (eager's own empty results differ by device). Runtime (layout check), not codegen.
 def test_regression_check_layouts_empty():
     def build(b):
@@ -558,9 +558,9 @@ def test_regression_check_layouts_empty():
     run_program(_program(build))
 
 
-# Fixed in the runtime (plan.py / steps.py). Found by the fuzzer:
-# Found by the fuzzer (negbit layout). An input with the negative bit set that is also an output comes back 
-# as a resolved copy; eager (and pyfuser for any other input) returns the input tensor itself. Runtime 
+# Fixed in the runtime (runtime/plan.py, runtime/steps.py):
+# Found by the fuzzer (negbit layout). An input with the negative bit set that is also an output comes back
+# as a resolved copy; eager (and pyfuser for any other input) returns the input tensor itself. Runtime
 # (resolving negative-bit inputs), not codegen.
 def test_regression_neg_bit_input_as_output():
     def build(b):
@@ -571,10 +571,10 @@ def test_regression_neg_bit_input_as_output():
     run_program(_program(build))
 
 
-# Fixed in the runtime (plan.py / steps.py). Found by the fuzzer:
-# Found by the fuzzer on the H200 (seed 3334) and on CPU. A negative-bit input (torch._neg_view) that goes 
-# through an ATen segment first (here a slice) reaches the next kernel as a view that still has the negative 
-# bit, and the kernel reads its raw memory: every value has the wrong sign. Inputs read by a kernel directly 
+# Fixed in the runtime (runtime/plan.py, runtime/steps.py):
+# Found by the fuzzer on the H200 (seed 3334) and on CPU. A negative-bit input (torch._neg_view) that goes
+# through an ATen segment first (here a slice) reaches the next kernel as a view that still has the negative
+# bit, and the kernel reads its raw memory: every value has the wrong sign. Inputs read by a kernel directly
 # are resolved. Runtime (resolving negative-bit tensors at segment boundaries), not codegen.
 def test_regression_neg_bit_through_aten_view():
     def build(b):

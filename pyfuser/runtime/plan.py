@@ -82,13 +82,17 @@ class ExecutionPlan:
         self._outputs = compile_binder(list(fusion.outputs), slots.get)
         self.aliases = [(slots.get(val), slots.get(inp)) for val, inp in fusion.aliases]
         self.alias_vals = list(fusion.aliases)
-        # Inputs a Triton kernel reads as raw memory: a negative-bit view (x.conj().imag, torch._neg_view) stores
-        # unnegated values, so such an input is materialized (resolve_neg) before the steps run.
-        raw_readers = {s for step in self.steps if isinstance(step, KernelStep) for s in step.in_slots}
-        raw_readers |= {i for step in self.steps if isinstance(step, CallStep) and step.kind == "op kernel"
-                        for i in range(self.n_inputs)}
-        self.resolve_slots = [i for i, x in enumerate(flat_inputs)
-                              if i in raw_readers and isinstance(x, torch.Tensor) and (x.is_neg() or x.is_conj())]
+        # A negative-bit view (x.conj().imag, torch._neg_view) stores unnegated values, and ATen views of it keep
+        # the bit. When the signature has such an input, kernels resolve any operand that carries the bit into a
+        # copy with the same strides (the layout they were planned for); ATen steps and the caller keep the views.
+        marked = [i for i, x in enumerate(flat_inputs) if isinstance(x, torch.Tensor) and (x.is_neg() or x.is_conj())]
+        for step in self.steps:
+            if isinstance(step, KernelStep):
+                step.resolve_bits = bool(marked)
+        # A hand-written kernel's binder reads the input slot itself: resolve it in place (its view is not kept).
+        self.resolve_in_place = sorted(set(marked).intersection(
+            i for step in self.steps if isinstance(step, CallStep) and step.kind == "op kernel"
+            for i in range(self.n_inputs)))
 
     # --- building ---------------------------------------------------------------------------------------------
     def _segment_steps(self, seg: Segment, slots: SlotMap, runtime, input_metas, use_kernels: bool,
@@ -167,7 +171,7 @@ class ExecutionPlan:
     def bind(self, flat: Sequence[Any]) -> list:
         v = list(flat)
         v.extend([None] * (self.n_slots - self.n_inputs))
-        for i in self.resolve_slots:
+        for i in self.resolve_in_place:
             v[i] = v[i].resolve_neg().resolve_conj()
         return v
 
@@ -191,3 +195,4 @@ class ExecutionPlan:
 
     def reports(self) -> list[list[StepReport]]:
         return [[r for r in (s.describe() for s in steps) if r is not None] for steps in self.segment_steps]
+
