@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from harness import STRIDE_ORDER_3D, with_layout, with_stride_order, kernel_kind, DEVICE, check_fusion, define, expanded, make, sliced, transposed
 from pyfuser import DataType, FusionDefinitionError, FusionDtypeError
+from pyfuser.errors import FusionExecutionError
 from pyfuser.ir.dtypes import from_torch_dtype
 
 FLOATS = [torch.float32, torch.bfloat16, torch.float16]
@@ -175,7 +176,8 @@ def test_select_out_of_range_at_run_time():
     def fn(fd):
         fd.add_output(fd.ops.select(fd.from_pytorch(x), int_scalar(fd), 0))
 
-    with pytest.raises(Exception, match="select"):
+    # our error, naming the op (not torch's raw IndexError)
+    with pytest.raises(FusionExecutionError, match=r"fd\.ops\.select .*index 4 out of range"):
         define(fn).execute([x, 4])
 
 

@@ -125,23 +125,31 @@ def test_concurrent_execution_is_correct():
     fd = build(relu_add)
     shapes = [[4, 4], [4, 5], [6, 3], [2, 9]]
     errors = []
+    calls = []
 
     def worker(seed):
-        g = torch.Generator(device="cpu").manual_seed(seed)
-        for i in range(20):
-            shape = shapes[(seed + i) % len(shapes)]
-            a = torch.randn(shape, generator=g).to(DEVICE)
-            b = torch.randn(shape, generator=g).to(DEVICE)
-            out = fd.execute([a, b])[0]
-            if not torch.equal(out, torch.relu(a + b)):
-                errors.append((seed, i))
+        # Any exception (a crash in execute, a wrong value) is recorded: a thread's exception would otherwise
+        # only be printed, and the test would pass.
+        try:
+            g = torch.Generator(device="cpu").manual_seed(seed)
+            for i in range(20):
+                shape = shapes[(seed + i) % len(shapes)]
+                a = torch.randn(shape, generator=g).to(DEVICE)
+                b = torch.randn(shape, generator=g).to(DEVICE)
+                out = fd.execute([a, b])[0]
+                calls.append(seed)
+                if not torch.equal(out, torch.relu(a + b)):
+                    errors.append(f"thread {seed}, call {i}: wrong values for shape {shape}")
+        except BaseException as e:  # noqa: BLE001  (reported below, with the thread that raised it)
+            errors.append(f"thread {seed}: {type(e).__name__}: {e}")
 
     threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert not errors
+    assert not errors, "\n".join(errors)
+    assert len(calls) == 4 * 20
     assert fd._executor.num_runtimes() == len(shapes)
 
 
