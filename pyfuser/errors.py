@@ -35,3 +35,7 @@ class FusionExecutionError(PyfuserError, RuntimeError):
 
 class UnsupportedOpError(PyfuserError, NotImplementedError):
     """The op (or this form of it) is not supported; the message names it."""
+
+
+class UnknownOpError(UnsupportedOpError, AttributeError):
+    """``fd.ops.<name>`` for a name pyfuser has no op for; an AttributeError too, so ``hasattr`` answers False."""

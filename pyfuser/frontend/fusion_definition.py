@@ -308,6 +308,10 @@ class FusionDefinition:
             self._check_definition()
             if "ke" in self.__dict__:
                 raise AssertionError("KernelExecutor already exists! Use manual_execute() to execute the fusion.")
+            if self._guard is not None:
+                # Still inside `with`: later ops, inputs or outputs would change the fusion under a cached
+                # executor (a stale one fails with "no value bound"); run this one fresh and keep none.
+                return executor_for(self._fusion)
             fec = self.fec = executor_for(self._fusion)
         return fec
 

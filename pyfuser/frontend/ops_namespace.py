@@ -11,6 +11,7 @@ import functools
 import inspect
 import numbers
 
+from ..errors import UnknownOpError, UnsupportedOpError
 from ..ops import registry
 
 
@@ -58,7 +59,12 @@ class OpsNamespace:
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        registry.get(name)  # our error for an op pyfuser does not have
+        try:
+            registry.get(name)
+        except UnsupportedOpError as e:
+            # our error for an op pyfuser does not have, which is also an AttributeError: hasattr() and
+            # getattr(fd.ops, name, default) work as on any object
+            raise UnknownOpError(str(e)) from None
         return _lenient(name)
 
     def __dir__(self):
