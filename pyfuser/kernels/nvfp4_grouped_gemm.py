@@ -10,9 +10,9 @@ significant bits, a multiple of 2**-9, <= 448) has at most 6 significant bits. S
 of 2**-17 with magnitude <= 21, which fp16 (11 bits, subnormal step 2**-24, max 65504) holds EXACTLY. So each
 operand is dequantized to ``fp4 * scale * 2**-7`` in fp16, the tensor cores multiply fp16 pairs exactly into an
 fp32 accumulator, and the epilogue multiplies by ``alpha * 2**14`` (a power of two, so exact) and rounds once to
-the output dtype. fp16 rather than bf16 because Triton's CPU interpreter computes bf16 dots on raw bit patterns
-(shared/notes/measured_facts.md) while fp16 dots are right there: the kernels that the CPU tests run are the very
-kernels the GPU runs.
+the output dtype. fp16 rather than bf16 because triton 3.6's CPU interpreter computes bf16 dots on raw bit
+patterns (pyfuser's interpreter patch now widens them, docs/testing.md) while fp16 dots are right there unpatched:
+the kernels that the CPU tests run are the very kernels the GPU runs.
 
 Dequantization works on int32 words (8 fp4 codes) with two shifts and two masks per PAIR of values: nibble p and
 nibble p+4 of a word land in the two 16-bit halves as fp16 bit patterns ``sign<<15 | code&7 << 9``, which read as

@@ -3,7 +3,8 @@ the grouped block-scale layout (the "layout op") and the NVFP4 grouped GEMM.
 
 Everything here is plain torch, device-agnostic (CPU and CUDA) and written for clarity, not speed: it is the
 oracle that the Triton kernels (`layout_kernels`, `grouped_gemm`) and the op evaluators are checked against,
-bit for bit where the contract says so. The specs are /work/shared/spec/{nvfp4,layout_op}.md.
+bit for bit where the contract says so. The contract (formats, the layout op's index formula, both quantization
+orders) is written out in docs/nvfp4.md.
 
 Conventions (shared with the kernels):
 - FP4 code c in 0..15: magnitude [0, .5, 1, 1.5, 2, 3, 4, 6][c & 7], negative when c & 8.
@@ -158,7 +159,7 @@ def quantize_nvfp4(
     3. the stored scale is e4m3(s_g);
     4. the data is divided by s_g / gs using the UNROUNDED fp32 s_g, not the fp8 value that is stored;
     5. clamp to +-6 and round to nearest even in E2M1.
-    This is nvFuser's decomposed in-fusion quantization (spec nvfp4.md, "the reference order", #5345). Because step 4
+    This is nvFuser's decomposed in-fusion quantization (docs/nvfp4.md, "Quantization orders"; upstream #5345). Because step 4
     ignores the fp8 rounding of the scale, it can differ from the fused ops (`quantize_nvfp4_fused`) by one FP4 ulp.
     ``global_scale`` is an ENCODE multiplier (typically 448*6/amax(|x|)); None means 1.
     """
