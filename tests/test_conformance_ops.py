@@ -198,3 +198,57 @@ def test_scaled_mm_fp8_bad_scale_shape_is_a_run_time_error():
     out = fd.execute([a, b, torch.tensor(2.0), torch.tensor(1.0)])[0]
     torch.testing.assert_close(out, ((a.float() * 2.0) @ b.float()).to(torch.bfloat16))
     _ = FusionDefinition
+
+
+# --------------------------------------------------------------------------------------------------------------
+# reshape of packed FP4
+
+
+def _fp4_bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8)
+
+
+@pytest.mark.parametrize("new_shape", [[32], [2, 16], [8, 4], [-1, 2], [2, 2, 8]])
+def test_reshape_of_packed_fp4_input(new_shape):
+    x = make((4, 8)) * 3
+    x[0, :3] = torch.tensor([-0.0, float("inf"), -7.0])
+    packed = nvfp4.to_fp4(x)  # [4, 4] pairs
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(packed)  # Float4_e2m1fn [4, 8]
+        fd.add_output(fd.ops.reshape(t, new_shape))
+    out = fd.execute([packed])[0]
+    logical = list(new_shape)
+    if -1 in logical:
+        logical[logical.index(-1)] = 32 // math.prod(s for s in logical if s != -1)
+    expected = nvfp4.to_fp4(x.reshape(logical))  # the same reshape of the values, packed again
+    assert out.dtype == torch.float4_e2m1fn_x2 and out.shape == expected.shape
+    assert torch.equal(_fp4_bytes(out), _fp4_bytes(expected))
+
+
+def test_cast_to_fp4_then_reshape():
+    x, s = make((4, 8)), make((4,)).abs() + 0.5
+
+    def fusion(fd):
+        t0, t1 = fd.from_pytorch(x), fd.from_pytorch(s)
+        t3 = fd.ops.div(t0, fd.ops.broadcast(t1, [False, True]))
+        fd.add_output(fd.ops.reshape(fd.ops.cast(t3, DataType.Float4_e2m1fn), [32]))
+
+    fd = define(fusion)
+    out = fd.execute([x, s])[0]
+    expected = nvfp4.to_fp4((x / s.unsqueeze(-1)).reshape(-1))
+    assert torch.equal(_fp4_bytes(out), _fp4_bytes(expected))
+
+
+def test_reshape_of_fp4_errors():
+    with pytest.raises(FusionDefinitionError, match="even last extent"):
+        define(lambda fd: fd.ops.reshape(fd.define_tensor(shape=[4, 6], dtype=DataType.Float4_e2m1fn), [8, 3]))
+    with pytest.raises(FusionDefinitionError, match="row-major"):
+        define(lambda fd: fd.ops.reshape(
+            fd.define_tensor(shape=[4, 6], dtype=DataType.Float4_e2m1fn, stride_order=[0, 1]), [24]))
+    fd = define(lambda fd: fd.add_output(fd.ops.reshape(
+        fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float4_e2m1fn),
+        [fd.define_scalar(DataType.Int), -1])))
+    packed = nvfp4.to_fp4(make((4, 6)))
+    with pytest.raises(PyfuserError, match="even last extent"):
+        fd.execute([packed, 8])  # [8, 3]
+    assert fd.execute([packed, 4])[0].shape == (4, 3)  # [4, 6] logical

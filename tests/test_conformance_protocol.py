@@ -350,6 +350,13 @@ def test_python_profiler_reports_segments():
         assert k.scheduler == r.kind and k.segment_id == r.index and len(k.name) > 0
         assert k.name == (r.kernel_name or "aten:" + ",".join(r.ops))
         assert k.input_bytes > 0
+        if torch.cuda.is_available():  # device times from torch.profiler, and the share of copy bandwidth
+            assert k.time_ms is not None and k.time_ms > 0 and k.kernel_names, k
+            assert 0 < k.percentage_peak_bandwidth < 150, k
+        else:
+            assert k.time_ms is None
+    if torch.cuda.is_available():
+        assert prof.profile.time_ms == pytest.approx(sum(k.time_ms for k in prof.profile.kernel_profiles))
     fd2 = defined(lambda fd: fd.add_output(fd.ops.add(fd.from_pytorch(a), fd.from_pytorch(b))))
     with PythonProfiler(auto_scheduled=False) as prof2:
         fd2.manual_execute([a, b])

@@ -259,10 +259,24 @@ def expand(arg, shape):
 
 def _reshape_eval(node, arg, new_shape):
     # Tensor.reshape: a view when the strides allow one, else a copy -- exactly what eager does.
+    if arg.dtype == getattr(torch, "float4_e2m1fn_x2", None):
+        return _reshape_packed_fp4(arg, list(new_shape))
     return arg.reshape(list(new_shape))
 
 
-@register("reshape", OpKind.VIEW, _reshape_eval)
+def _reshape_packed_fp4(arg, shape: list):
+    """Reshape FP4 values held as packed pairs along the last dim: the same reshape of the pairs, with the last
+    output extent halved. Valid because pairs never straddle a row (even last dims on both sides)."""
+    numel = arg.numel() * 2
+    if -1 in shape:
+        known = math.prod(s for s in shape if s != -1)
+        shape[shape.index(-1)] = numel // known if known else 0
+    if not shape or shape[-1] % 2:
+        raise ValueError(f"fd.ops.reshape: a packed FP4 result needs an even last extent, got shape {shape}")
+    return arg.reshape(shape[:-1] + [shape[-1] // 2])
+
+
+@register("reshape", OpKind.VIEW, _reshape_eval, accepts_fp4=True)
 def reshape(arg, new_shape):
     """fd.ops.reshape(arg, new_shape): ints, Int scalars or a Vector; one -1 is inferred."""
     op = "reshape"
@@ -288,6 +302,13 @@ def reshape(arg, new_shape):
             sizes[inferred[0]] = numel // other
         elif other != numel:
             fail(op, f"argument 'new_shape'={_print_sizes(targets)} has {other} elements but the input has {numel}")
+    if tv.dtype is DataType.Float4_e2m1fn:
+        # Packed at run time along the innermost allocation dim: that must be the last logical dim, and the
+        # result's last extent must be even (a symbolic one is checked when it runs).
+        if tv.alloc_order is not None or tv.ndim == 0:
+            fail(op, "a Float4_e2m1fn input must be row-major (its packed pairs run along its last dim)")
+        if sizes and sizes[-1] is not None and sizes[-1] % 2:
+            fail(op, f"a Float4_e2m1fn result needs an even last extent (packed pairs), got {sizes[-1]}")
     # A static extent of 1 is a broadcast dim, as in nvFuser's static reshape.
     domain = [IterDomain.broadcast() if s == 1 else IterDomain.iteration(s) for s in sizes]
     return _result(op, tv, domain, kwargs={"new_shape": canon_shape}, extra_vals=targets)
