@@ -317,6 +317,9 @@ def bench_gemm(dev, timer, copy_bw, quick):
             "pyfuser fd op, offset_checks off": (lambda: fd.execute(list(args), _disable_options=NO_CHECKS)[0], expect),
             "pyfuser fd op, offset_checks off, CUDA graph": (
                 _graphed_or_none(dev, lambda: fd.execute(list(args), _disable_options=NO_CHECKS)[0]), expect),
+            "pyfuser fd op, cuda_graph option, CUDA graph": (
+                (lambda: fd.execute(list(args), _enable_options=["cuda_graph"])[0]) if dev.type == "cuda" else None,
+                expect),
             "Triton launcher": (lambda: grouped_gemm.nvfp4_grouped_mm(*args, torch.bfloat16), expect),
             "bf16 torch._grouped_mm": (lambda: torch._grouped_mm(x, w_bf16.transpose(-1, -2), offs=ends), None),
             "bf16 torch._grouped_mm, CUDA graph": (
@@ -403,6 +406,8 @@ def bench_moe(dev, timer, copy_bw, quick):
                          ("pyfuser NVFP4 fusion, offset_checks off", lambda: layer(x, NO_CHECKS)),
                          ("pyfuser NVFP4 fusion, offset_checks off, CUDA graph",
                           _graphed_or_none(dev, lambda: layer(x, NO_CHECKS))),
+                         ("pyfuser NVFP4 fusion, cuda_graph option, CUDA graph",
+                          (lambda: layer(x, enable_options=["cuda_graph"])) if dev.type == "cuda" else None),
                          ("bf16 eager", lambda: bf16(x)), ("bf16 torch.compile", lambda: bf16_c(x)),
                          ("bf16 eager, CUDA graph", _graphed_or_none(dev, lambda: bf16(x)))):
             row = dict(base, impl=name)

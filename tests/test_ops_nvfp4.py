@@ -22,6 +22,9 @@ from pyfuser.segment.segmenter import SchedulerKind
 
 I32 = torch.int32
 
+# Offset values checked on the host at once, on every device (the default defers them on CUDA).
+SYNC_CHECKS = ["sync_offset_checks"]
+
 
 def _i32(v):
     return torch.tensor(v, dtype=I32, device=DEVICE)
@@ -427,8 +430,10 @@ def test_offsets_runtime_errors(starts, outs, match):
     fd = _layout_fusion()
     inputs = [torch.randn(10, 3, device=DEVICE), _i32(starts), _i32(outs)]
     for opts in ([], ["kernel_codegen"]):
+        # SYNC_CHECKS: the values are read at once (on CUDA the default checks on the device and reports from a
+        # later call: tests/test_runtime_plan.py); on CPU both read them at once.
         with pytest.raises(FusionExecutionError, match=match):
-            fd.execute(inputs, _disable_options=opts)
+            fd.execute(inputs, _disable_options=opts, _enable_options=SYNC_CHECKS)
 
 
 def test_quantize_runtime_k_error():
@@ -451,11 +456,11 @@ def test_gemm_shape_errors():
     bad_ps = g.as_list()
     bad_ps[5] = g.problem_sizes.flip(0).contiguous()
     with pytest.raises(FusionExecutionError, match="problem_sizes must be"):
-        fd.execute(bad_ps)
+        fd.execute(bad_ps, _enable_options=SYNC_CHECKS)
     short_scale1 = g.as_list()
     short_scale1[2] = g.scale1.clone()  # a compact [M, K/16] copy: too few rows for the padded groups
     with pytest.raises(FusionExecutionError, match="scale1 holds 32 block-scale rows"):
-        fd.execute(short_scale1)
+        fd.execute(short_scale1, _enable_options=SYNC_CHECKS)
     with FusionDefinition() as fd2:
         a = fd2.define_tensor(shape=[-1, 48], dtype=DataType.Float4_e2m1fn)
         b = fd2.define_tensor(shape=[-1, 48, -1], dtype=DataType.Float4_e2m1fn, stride_order=[2, 0, 1])
@@ -515,7 +520,8 @@ def test_grouped_mm_errors():
     a_t = torch.randn(10, 32, dtype=torch.bfloat16, device=DEVICE)
     b_t = torch.randn(3, 32, 24, dtype=torch.bfloat16, device=DEVICE)
     with pytest.raises(FusionExecutionError, match="non-decreasing cumulative group ends"):
-        fd.execute([a_t, b_t, torch.zeros(4, dtype=I32, device=DEVICE), _i32([5, 2, 10])])
+        fd.execute([a_t, b_t, torch.zeros(4, dtype=I32, device=DEVICE), _i32([5, 2, 10])],
+                    _enable_options=SYNC_CHECKS)
 
 
 def test_offset_checks_can_be_disabled(monkeypatch):

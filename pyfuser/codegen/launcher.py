@@ -16,7 +16,7 @@ Falls back to the JIT path, always correct but slow:
 - for good, after a direct launch failed (an incompatible Triton), with a warning;
 - when ``PYFUSER_DIRECT_LAUNCH=0``.
 
-``stats`` counts launches by path, for tests and benchmarks.
+``stats`` counts JIT and interpreted launches, for benchmarks (tests watch Triton's own JIT dispatch instead).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ log = logging.getLogger("pyfuser")
 
 _INTERPRET_LOCK = threading.RLock()
 _direct_enabled = os.environ.get("PYFUSER_DIRECT_LAUNCH", "1") != "0"
-stats = {"direct": 0, "jit": 0, "interpreted": 0}
+stats = {"jit": 0, "interpreted": 0}  # launches that took those paths (direct launches are not counted)
 
 
 def interpreting() -> bool:
@@ -47,13 +47,20 @@ def triton_usable(device: torch.device) -> bool:
     return device.type == "cuda" or (device.type == "cpu" and interpreting())
 
 
-def _launch_hooks_installed() -> bool:
-    try:
-        from triton import knobs
+_HOOKS: Optional[tuple] = None  # triton's (launch_enter_hook, launch_exit_hook) chains, looked up once
 
-        return bool(knobs.runtime.launch_enter_hook.calls or knobs.runtime.launch_exit_hook.calls)
-    except (ImportError, AttributeError):  # another Triton: its hooks cannot be inspected, so assume some
-        return True
+
+def _launch_hooks_installed() -> bool:
+    global _HOOKS
+    if _HOOKS is None:
+        try:
+            from triton import knobs
+
+            _HOOKS = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
+            _HOOKS[0].calls, _HOOKS[1].calls  # noqa: B018 (triton 3.6's HookChain: hooks are in .calls)
+        except (ImportError, AttributeError):  # another Triton: its hooks cannot be inspected, so assume some
+            _HOOKS = ()
+    return not _HOOKS or bool(_HOOKS[0].calls or _HOOKS[1].calls)
 
 
 def _int_spec(v: int) -> tuple:
@@ -83,9 +90,10 @@ class Launcher:
         self._lock = threading.Lock()
 
     def launch(self, grid: Sequence[int], tensors: Sequence[torch.Tensor], scalars: Sequence = (),
-               constexprs: Sequence = (), jit_tensors: Optional[Callable[[], Sequence[torch.Tensor]]] = None) -> None:
+               constexprs: Sequence = (), jit_tensors: Optional[Callable[[], Sequence[torch.Tensor]]] = None):
         """``jit_tensors()``, if given, builds the pointer arguments as the JIT path must see them (views of other
-        dtypes at the same addresses as ``tensors``); they are only built on that path."""
+        dtypes at the same addresses as ``tensors``); they are only built on that path. Returns the compiled
+        kernel when this launch took the JIT path and its specialization can be launched directly from now on."""
         global _direct_enabled
         g0 = grid[0]
         g1 = grid[1] if len(grid) > 1 else 1
@@ -108,8 +116,7 @@ class Launcher:
                     stream = torch._C._cuda_getCurrentRawStream(first.device.index)  # the capture stream too
                     compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None,
                                  *ptrs, *scalars, *constexprs)
-                    stats["direct"] += 1
-                    return
+                    return None
                 except Exception as e:  # an incompatible Triton: take the JIT path from now on
                     warnings.warn(f"pyfuser: direct kernel launch failed ({type(e).__name__}: {e}); using Triton's "
                                   "JIT launch path from now on")
@@ -125,11 +132,41 @@ class Launcher:
             if new and log.isEnabledFor(logging.INFO):
                 log.info("pyfuser: kernel %s specialized and launched in %.1f ms (Triton compile or cache load)",
                          self.name, (time.perf_counter() - start) * 1e3)
+            return compiled
+        return None
+
+    def bind(self, grid: Sequence[int], constexprs: Sequence, device: torch.device) -> None:
+        """Fix the grid, constexprs and device of every later :meth:`launch_bound` (a generated kernel's plan
+        fixes them per input signature)."""
+        self._grid = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+        self._constexprs = tuple(constexprs)
+        self._device = device
+        self._bound: dict = {}
+
+    def launch_bound(self, tensors: list, scalars: tuple) -> None:
+        """:meth:`launch` with the bound grid and constexprs. The dtypes are fixed too, so a specialization is
+        keyed by pointer alignment and integer specialization alone (checked on every call)."""
+        if self._device.type == "cuda" and _direct_enabled and not _launch_hooks_installed():
+            ptrs = [t.data_ptr() for t in tensors]
+            key = (tuple([p & 15 == 0 for p in ptrs]), tuple(map(_scalar_spec, scalars)) if scalars else ())
+            compiled = self._bound.get(key)
+            if compiled is not None:
+                g0, g1, g2 = self._grid
+                compiled.run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(self._device.index), compiled.function,
+                             compiled.packed_metadata, None, None, None, *ptrs, *scalars, *self._constexprs)
+                return
+            compiled = self.launch(self._grid, tensors, scalars, self._constexprs)
+            if compiled is not None:
+                self._bound[key] = compiled
+            return
+        self.launch(self._grid, tensors, scalars, self._constexprs)
 
     def clear(self) -> None:
         """Drop the compiled specializations (their device code is freed once nothing else holds them)."""
         with self._lock:
             self._compiled.clear()
+            if hasattr(self, "_bound"):
+                self._bound.clear()
 
 
 _LAUNCHERS: dict = {}

@@ -251,9 +251,10 @@ class MoENVFP4:
             q.w2.alpha,
         ]
 
-    def __call__(self, x: torch.Tensor, disable_options=()) -> torch.Tensor:
-        """``disable_options=["offset_checks"]`` trusts the routing's offsets: no host syncs in the layer."""
-        (out,) = self.fusion(x.shape[0]).execute(self.inputs(x), _disable_options=list(disable_options))
+    def __call__(self, x: torch.Tensor, disable_options=(), enable_options=()) -> torch.Tensor:
+        """Options as ``fd.execute`` takes them: e.g. ``enable_options=["cuda_graph"]`` replays a CUDA graph."""
+        (out,) = self.fusion(x.shape[0]).execute(self.inputs(x), _disable_options=list(disable_options),
+                                                 _enable_options=list(enable_options))
         return out
 
 

@@ -241,6 +241,25 @@ def nv_grouped_block_quantize(input, input_offsets, output_offsets, global_scale
 def check_gemm(op, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets) -> tuple:
     """The grouped GEMM's operand contract (one implementation, shared with its launcher), the op's own N rule,
     and, with offset_checks, the offsets' and problem sizes' values and scale1's capacity. Returns (M, N, K, G)."""
+    operands = (mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
+    # The contract depends on the operands' metadata only (and scale1's storage size): checked once per layout.
+    key = (op, scale1.untyped_storage().nbytes() - scale1.storage_offset(),
+           *[(t.shape, t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else type(t) for t in operands])
+    checked = _GEMM_CONTRACTS.get(key)
+    if checked is None:
+        checked = _check_gemm_contract(op, *operands)
+        if len(_GEMM_CONTRACTS) > 256:
+            _GEMM_CONTRACTS.clear()
+        _GEMM_CONTRACTS[key] = checked
+    m, n, k, g, check = checked
+    check_group_offsets(check, expert_offsets, sf_offsets, problem_sizes)
+    return m, n, k, g
+
+
+_GEMM_CONTRACTS: dict = {}  # operand metadata -> (M, N, K, G, GroupCheck): a cache of pure checks
+
+
+def _check_gemm_contract(op, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets) -> tuple:
     try:
         m, n, k, g = check_operands(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
     except ValueError as e:
@@ -254,8 +273,7 @@ def check_gemm(op, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offs
     check = GroupCheck(op, m, starts_name="expert_offsets", outs_name="sf_offsets", every_row=False,
                        capacity=available, n=n, k=k,  # rows before the first group stay zero
                        capacity_what=f"scale1 holds {available} block-scale rows of K/16={k // 16}")
-    check_group_offsets(check, expert_offsets, sf_offsets, problem_sizes)
-    return m, n, k, g
+    return m, n, k, g, check
 
 
 def _gemm_eval(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, dtype):

@@ -4,7 +4,7 @@ Their dtype and length are checked on every call (host metadata: free). Their *v
 reading them on the host is a synchronization, so the mode of :mod:`run_context` decides:
 
 - ``device`` (the default): a check computes a bit mask of problems on the device and ORs it into the call's
-  device error flags (``RunContext.error_slot``); the runtime reads the flags back asynchronously and
+  error flags in pinned host memory (``RunContext.error_slot``); the runtime reads them without waiting and
   raises :class:`FusionExecutionError` naming the op and the input from a later call (docs/frontend.md says
   exactly when). On CPU tensors, and where no runtime collects flags (the reference executor), the check reads
   the values at once: there it costs no synchronization.
@@ -134,10 +134,13 @@ def torch_flags(c: GroupCheck, starts: torch.Tensor, outs: Optional[torch.Tensor
     return flags
 
 
-# ``device_flags(check, starts, outs, sizes, flags, slot)`` ORs the bit mask into ``flags[slot]``. The torch form
-# by default; pyfuser.kernels attaches a one-launch Triton kernel for CUDA tensors.
+# ``device_flags(check, starts, outs, sizes, flags, slot)`` ORs the bit mask into ``flags[slot]`` (pinned host
+# memory the device writes). The torch form by default; pyfuser.kernels attaches a one-launch Triton kernel.
 def torch_device_flags(c, starts, outs, sizes, flags: torch.Tensor, slot: int) -> None:
-    flags[slot:slot + 1].bitwise_or_(torch_flags(c, starts, outs, sizes))
+    """Accumulates on the device (a sticky copy of the flags), then copies the slot to the host asynchronously."""
+    sticky = run_context.current().errors.device_flags(starts.device)[slot:slot + 1]
+    sticky.bitwise_or_(torch_flags(c, starts, outs, sizes))
+    flags[slot:slot + 1].copy_(sticky, non_blocking=True)
 
 
 _device_flags: Callable = torch_device_flags
@@ -162,5 +165,10 @@ def check_group_offsets(c: GroupCheck, starts: torch.Tensor, outs: Optional[torc
         _host_check(c, next(values), next(values) if outs is not None else None,
                     next(values) if sizes is not None else None)
         return
-    flags, slot = ctx.error_slot(c)
-    _device_flags(c, starts, outs, sizes, flags, slot)
+    where = ctx.error_slot(c)
+    if where is None:  # more checks in one call than the sink has slots: read this one's values now
+        values = iter(host_ints(*[t for t in (starts, outs, sizes) if t is not None]))
+        _host_check(c, next(values), next(values) if outs is not None else None,
+                    next(values) if sizes is not None else None)
+        return
+    _device_flags(c, starts, outs, sizes, *where)

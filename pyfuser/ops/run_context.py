@@ -31,12 +31,14 @@ class RunContext:
         self.errors = errors
         self._next_slot = 0
 
-    def error_slot(self, check) -> tuple[torch.Tensor, int]:
-        """A slot of the device error flags (int32) for ``check`` (an object whose ``messages(bits)`` explains a
-        nonzero value). Slots are numbered in the order checks run within one call, which the plan fixes."""
+    def error_slot(self, check) -> Optional[tuple[torch.Tensor, int]]:
+        """(flags, slot): the pinned int32 error flags (written by the device) and the slot ``check`` ORs its bit
+        mask into; ``check.messages(bits)`` explains a nonzero value. Slots are numbered in the order checks run
+        within one call, which the plan fixes. None when the sink has no slot left."""
         slot = self._next_slot
         self._next_slot += 1
-        return self.errors.slot(self.device, slot, check), slot
+        flags = self.errors.host_flags(self.device, slot, check)
+        return None if flags is None else (flags, slot)
 
 
 _CURRENT: contextvars.ContextVar[Optional[RunContext]] = contextvars.ContextVar("pyfuser_run_context", default=None)

@@ -2,96 +2,69 @@
 
 Checks that would need a host read of device values (group offsets of the NVFP4 ops and grouped_mm,
 pyfuser/ops/offset_checks.py) instead OR a bit mask into an int32 flag of this sink, one slot per check in the
-order the plan runs them. After each call the flags are copied to pinned host memory asynchronously, behind an
-event. Each call first polls the event of the last copy, without waiting: once the GPU has finished the call that
-set a flag, the next call of the same fusion raises :class:`FusionExecutionError` with the check's message, and
-the flags are cleared. So an error is reported at the latest by the first call of that fusion after any
-synchronization (``torch.cuda.synchronize()``, reading an output on the host), and never lost: flags stay set
-until they are read.
+order the plan runs them. The flags live in pinned host memory, which the GPU writes directly (page-locked host
+memory is mapped into the device's address space): no copy, no event, no synchronization. Each call first reads
+the flags on the host: once the GPU has finished a call that set one, the next call of the same fusion raises
+:class:`FusionExecutionError` with the check's message, and the flags are cleared. So an error is reported at the
+latest by the first call of that fusion after any synchronization (``torch.cuda.synchronize()``, reading an
+output on the host). Flags stay set until read, so an error is never lost to later good calls.
+
+Where a check runs as torch ops instead of its Triton kernel (``kernel_codegen`` disabled), it accumulates into
+a device-side copy of the flags and copies them into the host flags asynchronously after each check.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Optional
 
 import torch
 
 from ..errors import FusionExecutionError
 
-_MIN_SLOTS = 16
+SLOTS = 256  # checks per call; a plan with more checks reads the rest on the host (offset_checks.py)
 
 
 class DeviceErrorSink:
     def __init__(self):
         self._lock = threading.Lock()
-        self._flags: dict = {}  # device -> int32 flags on that device
-        self._host: dict = {}  # device -> pinned int32 copy
-        self._event: dict = {}  # device -> event recorded after the last copy (None: nothing pending)
+        self._host: dict = {}  # device -> pinned int32 [SLOTS], written by the GPU
+        self._device: dict = {}  # device -> int32 [SLOTS] on the device (the torch form of the checks)
         self._checks: dict = {}  # (device, slot) -> the check that owns the slot (for its messages)
 
-    def slot(self, device: torch.device, slot: int, check) -> torch.Tensor:
-        """The flags tensor of ``device`` with room for ``slot``, remembering ``check`` for its messages."""
-        flags = self._flags.get(device)
-        if flags is None or flags.numel() <= slot:
+    def host_flags(self, device: torch.device, slot: int, check):
+        """The pinned flags the check of ``slot`` ORs into (None: no slot left, check on the host instead)."""
+        if slot >= SLOTS:
+            return None
+        flags = self._host.get(device)
+        if flags is None:
             with self._lock:
-                flags = self._flags.get(device)
-                if flags is None or flags.numel() <= slot:
-                    n = max(_MIN_SLOTS, 2 * (slot + 1))
-                    grown = torch.zeros(n, dtype=torch.int32, device=device)
-                    if flags is not None:
-                        grown[:flags.numel()].copy_(flags)
-                    flags = self._flags[device] = grown
-                    self._host[device] = torch.zeros(n, dtype=torch.int32, pin_memory=True)
-                    self._event[device] = None
+                flags = self._host.get(device)
+                if flags is None:
+                    flags = self._host[device] = torch.zeros(SLOTS, dtype=torch.int32, pin_memory=True)
         self._checks[(device, slot)] = check
         return flags
 
-    def devices(self) -> list:
-        return list(self._flags)
-
-    def publish(self) -> None:
-        """After a call: start copying the flags to the host unless the previous copy is still in flight (the
-        flags are sticky, so the next copy carries whatever this one would have)."""
-        for device, flags in self._flags.items():
-            event = self._event[device]
-            if event is not None and not event.query():
-                continue
-            self._host[device].copy_(flags, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
-            self._event[device] = event
+    def device_flags(self, device: torch.device) -> torch.Tensor:
+        flags = self._device.get(device)
+        if flags is None:
+            with self._lock:
+                flags = self._device.get(device)
+                if flags is None:
+                    flags = self._device[device] = torch.zeros(SLOTS, dtype=torch.int32, device=device)
+        return flags
 
     def poll(self) -> None:
-        """Before a call: raise the errors of finished calls (never waits for the GPU)."""
-        for device in list(self._flags):
-            event = self._event[device]
-            if event is None or not event.query():
-                continue
-            self._event[device] = None
-            host = self._host[device]
+        """Before a call: raise the errors that finished calls flagged (a host memory read; never waits)."""
+        for device, host in self._host.items():
             if not bool(host.any()):
                 continue
             messages = []
             for slot, bits in enumerate(host.tolist()):
                 if bits:
                     messages += self._checks[(device, slot)].messages(bits)
-            self._flags[device].zero_()
             host.zero_()
+            if device in self._device:
+                self._device[device].zero_()
             raise FusionExecutionError(
-                "; ".join(messages) + " (found on the device by an earlier call of this fusion; its outputs are "
-                "invalid. _enable_options=['sync_offset_checks'] checks on the host at once)")
-
-    def check_now(self) -> None:
-        """Synchronize and raise pending errors (tests, and the end of a sync-mode call)."""
-        for device, flags in self._flags.items():
-            self._host[device].copy_(flags)
-            event = torch.cuda.Event()
-            event.record()
-            self._event[device] = event
-        self.poll()
-
-
-def new_sink(device: torch.device) -> Optional[DeviceErrorSink]:
-    """A sink for runs on ``device``: only CUDA calls defer errors (elsewhere checks read values directly)."""
-    return DeviceErrorSink() if device.type == "cuda" else None
+                "; ".join(messages) + " (found on the device by an earlier call of this fusion; that call's outputs "
+                "are invalid. _enable_options=['sync_offset_checks'] checks on the host at once)")

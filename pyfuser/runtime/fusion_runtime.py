@@ -81,7 +81,8 @@ class FusionRuntime:
 
     def run(self, flat_inputs: Sequence[Any]) -> list:
         errors = self.errors
-        if errors is not None:
+        # Under a caller's own CUDA-graph capture, host-side bookkeeping must not touch the stream.
+        if errors is not None and not torch.cuda.is_current_stream_capturing():
             errors.poll()
         token = run_context.enter(run_context.RunContext(self.device, self._offset_mode, errors))
         grad = torch.is_grad_enabled()
@@ -94,8 +95,6 @@ class FusionRuntime:
         finally:
             torch._C._set_grad_enabled(grad)
             run_context.leave(token)
-        if errors is not None and errors.devices():
-            errors.publish()
         return outs
 
     def _run_plan(self, flat_inputs: Sequence[Any]) -> list:

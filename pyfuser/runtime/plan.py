@@ -162,6 +162,7 @@ class ExecutionPlan:
                             compile_options=COMPILE_OPTIONS)
         out_metas = [(tuple(metas[id(tv)].sizes), tuple(metas[id(tv)].strides), metas[id(tv)].dtype)
                      for tv in plan.outputs]
+        launcher.bind(plan.grid, (*plan.fixed_args, plan.block_r, plan.block_c), runtime.device)
         step = KernelStep(plan, launcher, [slots.get(tv) for tv in plan.inputs], [slots.assign(tv) for tv in plan.outputs],
                           out_metas, scalar_args(compile_binder(tuple(scalars), slots.get), convert),
                           runtime.device, guards, fallback, seg.index)

@@ -158,7 +158,7 @@ class KernelStep:
             ins = [v[s] for s in self.in_slots]
             if self.resolve_bits:
                 ins = [resolved_like(t) if t.is_neg() or t.is_conj() else t for t in ins]
-            self.launcher.launch(self.grid, ins + outs, self.bind_scalars(v), self.constexprs)
+            self.launcher.launch_bound(ins + outs, self.bind_scalars(v))
         for slot, t in zip(self.out_slots, outs):
             v[slot] = t
 

@@ -1,0 +1,317 @@
+"""The lean runtime (docs/runtime.md): flat plans, the one launcher, CUDA graphs, device-side offset checks.
+
+CPU tests run everywhere (kernels under the Triton interpreter); tests marked ``gpu`` need CUDA: the direct
+launch path, CUDA graphs and deferred device errors exist only there.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from pyfuser import DataType, FusionDefinition
+from pyfuser.codegen import launcher
+from pyfuser.errors import FusionExecutionError, InputTypeError, OptionError
+from pyfuser.runtime import evaluator
+from pyfuser.runtime.steps import CallStep, KernelStep
+
+from harness import DEVICE, make
+
+CUDA = torch.cuda.is_available()
+gpu = pytest.mark.skipif(not CUDA, reason="needs CUDA")
+
+
+def _pointwise(fd):
+    x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.Float)
+    y = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.Float)
+    fd.add_output(fd.ops.mul(fd.ops.relu(fd.ops.add(x, y)), 2.0))
+
+
+def _three_segments(fd):
+    t = fd.define_tensor([-1], contiguity=[True])
+    m = fd.define_tensor([-1, -1], contiguity=[True, True])
+    fd.add_output(fd.ops.mul(fd.ops.matmul(m, fd.ops.exp(t)), 2.0))
+
+
+def _build(fn):
+    with FusionDefinition() as fd:
+        fn(fd)
+    return fd
+
+
+def test_cached_call_runs_the_flat_plan_without_the_ir_evaluator(monkeypatch):
+    """A cached call never resolves IR values: the reference evaluator's resolver is not reached."""
+    fd = _build(_three_segments)
+    t, m = make([8]), make([4, 8])
+    expected = (m @ torch.exp(t)) * 2.0
+    torch.testing.assert_close(fd.execute([t, m])[0], expected)
+
+    def forbidden(*a, **k):
+        raise AssertionError("a cached call walked the IR")
+
+    monkeypatch.setattr(evaluator, "resolve", forbidden)
+    monkeypatch.setattr(evaluator.Env, "value", forbidden)
+    torch.testing.assert_close(fd.execute([t, m])[0], expected)
+    steps = fd.last_runtime().plan.steps
+    assert {type(s) for s in steps} <= {CallStep, KernelStep}
+    assert [r.runs_as for r in fd.last_execution()] == (
+        ["triton", "aten", "triton"] if launcher.triton_usable(DEVICE) else ["aten", "aten", "aten"])
+
+
+def test_every_step_reports_itself():
+    fd = _build(_three_segments)
+    fd.execute([make([8]), make([4, 8])])
+    reports = fd.last_execution()
+    for report in reports:
+        assert report.steps, f"segment {report.index} reports no steps"
+        for step in report.steps:
+            assert step.kind in ("aten", "triton", "op kernel")
+            if step.kind == "triton":
+                assert step.source and step.name == report.kernel_name
+            else:
+                assert step.name in report.ops
+    assert reports[1].steps[0].reason == "ExprEval segment"
+
+
+def test_negative_bit_inputs_are_resolved_and_keyed():
+    fd = _build(_pointwise)
+    x, y = make([4, 6]), make([4, 6])
+    plain = fd.execute([x, y])[0]
+    neg = torch._neg_view(-x)  # the same values as x, stored negated with the negative bit set
+    assert neg.is_neg() and torch.equal(neg, x)
+    out = fd.execute([neg, y])[0]
+    assert torch.equal(out, plain)
+    assert fd._executor.num_runtimes() == 2, "the negative bit must be part of the input signature"
+
+
+def test_nested_list_only_stands_for_vector_scalars():
+    fd = _build(_pointwise)
+    x = make([2, 3])
+    with pytest.raises(InputTypeError, match=r"input 0 \(T0\): a nested list"):
+        fd.execute([[x, x]])
+    with FusionDefinition() as fd2:  # define_vector(n): n Int inputs bound from one list
+        t = fd2.define_tensor([-1], contiguity=[True])
+        v = fd2.define_vector(2)
+        fd2.add_output(fd2.ops.reshape(t, v))
+    out = fd2.execute([make([6]), [2, 3]])[0]
+    assert out.shape == (2, 3)
+
+
+def test_alias_into_an_expanded_input_is_our_error():
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1, -1], contiguity=[None, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.add(t, 1.0), alias_input=t)
+    x = make([1, 4]).expand(3, 4)
+    with pytest.raises(FusionExecutionError, match=r"cannot write into input T0 \(sizes \[3, 4\], strides \[0, 1\]\)"):
+        fd.execute([x])
+
+
+def test_upstream_option_names_are_accepted_and_ours_are_checked():
+    fd = _build(_pointwise)
+    x, y = make([2, 3]), make([2, 3])
+    ref = fd.execute([x, y])[0]
+    out = fd.execute([x, y], _enable_options=["host_ir_lowering", "fuse_matmul"],
+                     _disable_options=["matmul_expr_eval", "resize_scheduler"])[0]
+    assert torch.equal(out, ref)
+    with pytest.raises(Exception, match="unknown enable option 'no_such_option'"):
+        fd.execute([x, y], _enable_options=["no_such_option"])
+
+
+@pytest.mark.skipif(CUDA, reason="the CPU refusal")
+def test_cuda_graph_needs_cuda():
+    fd = _build(_pointwise)
+    with pytest.raises(OptionError, match="cuda_graph: CUDA graphs need a CUDA device"):
+        fd.execute([make([2, 3]), make([2, 3])], _enable_options=["cuda_graph"])
+
+
+def test_interpreted_launches_are_thread_safe():
+    """Every thread's result is checked and every thread's exception fails the test."""
+    fd = _build(_pointwise)
+    inputs = [(make([8, 16]), make([8, 16])) for _ in range(4)]
+    expected = [torch.relu(a + b) * 2.0 for a, b in inputs]
+    fd.execute(list(inputs[0]))
+    errors, results = [], {}
+
+    def work(i):
+        try:
+            for _ in range(3):
+                results[i] = fd.execute(list(inputs[i]))[0]
+                assert torch.equal(results[i], expected[i])
+        except BaseException as e:  # noqa: BLE001 (reported below, so the test fails)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    assert len(results) == 4
+
+
+def test_offset_checks_on_cpu_raise_at_once():
+    """Off CUDA, offset values are read directly (no synchronization to avoid): the call itself raises."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
+        b = fd.define_tensor([-1, -1, -1], dtype=DataType.BFloat16)
+        o = fd.define_tensor([-1], dtype=DataType.Int32)
+        fd.add_output(fd.ops.grouped_mm(a, b, o))
+    a_t = torch.randn(10, 32, dtype=torch.bfloat16)
+    b_t = torch.randn(3, 32, 24, dtype=torch.bfloat16)
+    with pytest.raises(FusionExecutionError, match=r"grouped_mm: offsets must be non-decreasing cumulative group ends"
+                       r".*got \[5, 2, 10\]"):
+        fd.execute([a_t, b_t, torch.tensor([5, 2, 10], dtype=torch.int32)])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# GPU: the direct launch path, CUDA graphs, deferred device errors, no host syncs
+
+
+def _count_jit_dispatches(monkeypatch) -> dict:
+    """Count calls of Triton's JIT dispatch (JITFunction.run) itself, not pyfuser's own counters."""
+    from triton.runtime.jit import JITFunction
+
+    seen = {"n": 0}
+    original = JITFunction.run
+
+    def counting(self, *args, **kwargs):
+        seen["n"] += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(JITFunction, "run", counting)
+    return seen
+
+
+def _gemm_fusion_and_inputs():
+    """The NVFP4 grouped GEMM as a fusion, good inputs, and inputs whose expert offsets decrease."""
+    from nvfp4_inputs import gemm_inputs
+
+    with FusionDefinition() as fd:
+        mat1 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float4_e2m1fn)
+        mat2 = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float4_e2m1fn, stride_order=[2, 0, 1])
+        scale1 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float8_e4m3fn)
+        scale2 = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float8_e4m3fn)
+        alpha = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        sizes = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int32)
+        offsets = fd.define_tensor(shape=[-1], dtype=DataType.Int32)
+        sf_offsets = fd.define_tensor(shape=[-1], dtype=DataType.Int32)
+        fd.add_output(fd.ops.cutlass_nvfp4_grouped_mm(mat1, mat2, scale1, scale2, alpha, sizes, offsets, sf_offsets,
+                                                      DataType.BFloat16))
+    g = gemm_inputs(96, 128, 64, [20, 33, 0, 43], DEVICE)
+    good = g.as_list()
+    bad = list(good)
+    bad[6] = torch.tensor([0, 53, 20, 53], dtype=torch.int32, device=DEVICE)  # decreasing starts
+    return fd, good, bad
+
+
+def _moe_layer():
+    from pyfuser.demo import moe_nvfp4 as moe
+
+    cfg = moe.MoEConfig(hidden=256, intermediate=128, experts=4, top_k=2)
+    return moe.MoENVFP4(cfg, moe.quantize_weights(moe.make_weights(cfg, DEVICE))), cfg
+
+
+@gpu
+def test_cached_calls_never_reach_triton_jit_dispatch(monkeypatch):
+    fds = [(_build(_pointwise), [make([64, 96]), make([64, 96])]), (_build(_three_segments), [make([64]),
+                                                                                                make([32, 64])])]
+    layer, cfg = _moe_layer()
+    x = torch.randn(16, cfg.hidden, device=DEVICE, dtype=torch.bfloat16)
+    for fd, inputs in fds:
+        fd.execute(inputs)
+    layer(x)
+    seen = _count_jit_dispatches(monkeypatch)
+    for _ in range(3):
+        for fd, inputs in fds:
+            fd.execute(inputs)
+        layer(x)
+    torch.cuda.synchronize()
+    assert seen["n"] == 0, f"{seen['n']} cached launches went through Triton's JIT dispatch"
+
+
+@gpu
+def test_launch_hooks_take_the_jit_path_and_still_see_every_launch(monkeypatch):
+    from triton import knobs
+
+    fd = _build(_pointwise)
+    x, y = make([64, 96]), make([64, 96])
+    ref = fd.execute([x, y])[0]
+    fd.execute([x, y])
+    calls = []
+    knobs.runtime.launch_enter_hook.add(lambda metadata: calls.append(metadata))
+    try:
+        seen = _count_jit_dispatches(monkeypatch)
+        out = fd.execute([x, y])[0]
+    finally:
+        knobs.runtime.launch_enter_hook.remove(knobs.runtime.launch_enter_hook.calls[-1])
+    assert torch.equal(out, ref)
+    assert len(calls) == 1 and seen["n"] == 1
+
+
+@gpu
+def test_default_path_never_synchronizes():
+    """torch's sync debug mode raises on any host synchronization (device-to-host copies, .item(), ...)."""
+    layer, cfg = _moe_layer()
+    x = torch.randn(16, cfg.hidden, device=DEVICE, dtype=torch.bfloat16)
+    fd = _build(_three_segments)
+    t, m = make([64]), make([32, 64])
+    layer(x)
+    fd.execute([t, m])
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        layer(x)
+        fd.execute([t, m])
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+@gpu
+def test_invalid_offsets_are_reported_by_a_later_call():
+    fd, good, bad = _gemm_fusion_and_inputs()
+    fd.execute(good)
+    fd.execute(bad)  # the device check flags it without stalling this call
+    torch.cuda.synchronize()
+    with pytest.raises(FusionExecutionError, match=r"cutlass_nvfp4_grouped_mm: expert_offsets must be non-decreasing"):
+        fd.execute(good)
+    fd.execute(good)  # reported once, then the flags are clear
+    with pytest.raises(FusionExecutionError, match=r"expert_offsets must be non-decreasing start rows in \[0, \d+\], "
+                       r"got \["):
+        fd.execute(bad, _enable_options=["sync_offset_checks"])
+
+
+@gpu
+def test_cuda_graph_replays_equal_execute_bit_for_bit():
+    fd = _build(_three_segments)
+    layer, cfg = _moe_layer()
+    weights_before = [t.data_ptr() for t in layer.inputs(torch.empty(1, cfg.hidden, device=DEVICE,
+                                                                     dtype=torch.bfloat16))[1:]]
+    outs = []
+    for i in range(5):  # new values AND new addresses every call
+        t, m = make([64]), make([32, 64])
+        x = torch.randn(16, cfg.hidden, device=DEVICE, dtype=torch.bfloat16)
+        plain = fd.execute([t, m])[0]
+        graphed = fd.execute([t, m], _enable_options=["cuda_graph"])[0]
+        assert torch.equal(graphed, plain)
+        ref = layer(x)
+        (g,) = layer.fusion(16).execute(layer.inputs(x), _enable_options=["cuda_graph"])
+        assert torch.equal(g, ref)
+        outs.append((graphed, graphed.clone()))
+    for kept, copy in outs:  # a later replay never overwrote an earlier call's output
+        assert torch.equal(kept, copy)
+    runtime = layer.fusion(16)._executor.last_runtime
+    assert runtime.graphed.captures == 1, "weights never move: one capture, read in place"
+    assert weights_before == [t.data_ptr() for t in layer.inputs(x)[1:]]
+
+
+@gpu
+def test_cuda_graph_refuses_a_host_sync_naming_the_op():
+    fd, good, _ = _gemm_fusion_and_inputs()
+    opts = ["cuda_graph", "sync_offset_checks"]
+    fd.execute(good, _enable_options=opts)  # first call: plain
+    with pytest.raises(FusionExecutionError, match=r"cuda_graph: fd.ops.cutlass_nvfp4_grouped_mm cannot be captured"):
+        fd.execute(good, _enable_options=opts)
+    out = fd.execute(good)[0]  # the fusion still works without graphs
+    assert out.isfinite().all()
