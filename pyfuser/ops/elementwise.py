@@ -12,6 +12,7 @@ runs the torch function and casts to the output dtype, which is exactly "run the
 from __future__ import annotations
 
 import math
+import struct
 
 import torch
 
@@ -68,6 +69,25 @@ def _tdt(dt):
     return None if dt is None else to_torch_dtype(dt)
 
 
+_SCALAR_OPERANDS: dict = {}
+
+
+def _scalar_operand(value, dtype, device) -> torch.Tensor:
+    """``value`` as a 0-dim tensor of the compute dtype on ``device``, made once per (value, dtype, device).
+
+    A fresh ``torch.tensor`` per call would cost a host-to-device copy on every call on CUDA. The key uses the
+    value's bits, so -0.0 and 0.0 (equal, with equal hashes) and True and 1 stay apart. Evaluators never write
+    to their operands, so sharing the tensor is safe."""
+    bits = struct.pack("<d", value) if type(value) is float else value
+    key = (type(value), bits, dtype, device)
+    t = _SCALAR_OPERANDS.get(key)
+    if t is None:
+        if len(_SCALAR_OPERANDS) > 4096:
+            _SCALAR_OPERANDS.clear()
+        t = _SCALAR_OPERANDS[key] = torch.tensor(value, dtype=dtype, device=device)
+    return t
+
+
 def _elementwise_eval(fn):
     """Evaluator: cast operands as the builder recorded, apply ``fn``, cast to the output dtype."""
 
@@ -81,7 +101,7 @@ def _elementwise_eval(fn):
             else:
                 if device is None:
                     device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
-                conv.append(torch.tensor(a, dtype=c, device=device))
+                conv.append(_scalar_operand(a, c, device))
         out = node.outputs[0]
         result = fn(*conv)
         out_dtype = to_torch_dtype(out.dtype)
