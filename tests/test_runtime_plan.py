@@ -315,3 +315,64 @@ def test_cuda_graph_refuses_a_host_sync_naming_the_op():
         fd.execute(good, _enable_options=opts)
     out = fd.execute(good)[0]  # the fusion still works without graphs
     assert out.isfinite().all()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# compiled kernels are owned by the caches that use them
+
+
+def _distinct_fusion(i: int):
+    """A fusion whose generated kernel differs from every other i's (the constant is part of the source)."""
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1], contiguity=[True], dtype=DataType.Float)
+        fd.add_output(fd.ops.add(fd.ops.mul(t, float(i) + 0.5), 1.0))
+    return fd
+
+
+def _kernel_files() -> int:
+    import os
+
+    from pyfuser.codegen import compiler
+
+    return len([f for f in os.listdir(compiler.kernel_folder()) if f.endswith(".py")])
+
+
+def _check_bounded(n: int, cache_size: int) -> None:
+    import gc
+
+    from pyfuser import LRUCache
+    from pyfuser.codegen import compiler
+
+    if not launcher.triton_usable(DEVICE):
+        pytest.skip("no generated kernels here")
+    x = make([8])
+    gc.collect()
+    base_kernels, base_files = compiler.live_kernels(), _kernel_files()
+    cache = LRUCache(max_fusions=cache_size)
+    peak = 0
+    for i in range(n):
+        fd = _distinct_fusion(i)
+        fd.fec = cache.cache_compile(fd.fusion)
+        torch.testing.assert_close(fd.execute([x])[0], x * (float(i) + 0.5) + 1.0)
+        del fd
+        if i % 50 == 49:
+            gc.collect()
+            peak = max(peak, compiler.live_kernels() - base_kernels)
+    gc.collect()
+    live = compiler.live_kernels() - base_kernels
+    assert peak <= cache_size + 50 and live <= cache_size, (peak, live)
+    assert _kernel_files() - base_files <= cache_size
+    del cache
+    gc.collect()
+    assert compiler.live_kernels() <= base_kernels and _kernel_files() <= base_files
+
+
+def test_compiled_kernels_are_freed_with_their_caches():
+    _check_bounded(60, 5)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("os").environ.get("PYFUSER_SLOW_TESTS") != "1",
+                    reason="about 2.5 minutes; PYFUSER_SLOW_TESTS=1 runs it")
+def test_ten_thousand_distinct_fusions_stay_bounded():
+    _check_bounded(10_000, 10)

@@ -1,43 +1,93 @@
-"""Turning generated source into a Triton JIT function.
+"""Turning generated source into a Triton JIT function, owned by whoever uses it.
 
-``triton.jit`` reads a function's source from its file, so each generated kernel is written to a file in the
-kernel cache folder (``PYFUSER_CACHE_DIR``, default ``~/.cache/pyfuser/kernels``) named by the hash of its source,
-and imported from there. Equal source means one module: compiled kernels are shared by every fusion and runtime
-that generates the same code, and Triton's own cache keeps the binaries.
+``triton.jit`` reads a function's source from its file, so each generated kernel is written to a file and
+imported from there. Equal source means one JIT function: every runtime that generates the same code shares it
+(and Triton's own on-disk cache keeps the compiled binaries across processes).
+
+Ownership: every user of a kernel (a runtime's launcher) acquires it with :func:`load_kernel` and is counted;
+when the last one is garbage-collected (its fusion evicted from an LRUCache, or its FusionDefinition dropped),
+the function, its module, its compiled specializations and its source file are released. Under the Triton
+interpreter that includes the interpreter's own never-emptied table of rewritten functions. Source
+files live in a folder of this process (under ``PYFUSER_CACHE_DIR`` if set, else the system's temporary folder),
+removed at exit, so concurrent processes never touch each other's files.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
+import logging
 import os
+import shutil
 import tempfile
 import threading
+import time
+import weakref
 
-_modules: dict = {}
+log = logging.getLogger("pyfuser")
+
+_functions: dict = {}  # digest -> [JIT function, source path, number of owners]
 _lock = threading.Lock()
+_folder = None
 
 
-def cache_dir() -> str:
-    d = os.environ.get("PYFUSER_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "pyfuser", "kernels")
-    os.makedirs(d, exist_ok=True)
-    return d
+def kernel_folder() -> str:
+    """This process's folder of generated kernel sources."""
+    global _folder
+    if _folder is None or not os.path.isdir(_folder):
+        base = os.environ.get("PYFUSER_CACHE_DIR") or None
+        if base:
+            os.makedirs(base, exist_ok=True)
+        _folder = tempfile.mkdtemp(prefix="pyfuser-kernels-", dir=base)
+        atexit.register(shutil.rmtree, _folder, True)
+    return _folder
 
 
-def load_kernel(source: str, name: str):
-    """The JIT function ``name`` defined by ``source`` (loaded once per distinct source)."""
+def live_kernels() -> int:
+    """How many generated kernels are loaded now (tests check that this stays bounded)."""
+    return len(_functions)
+
+
+def _release(digest: str) -> None:
+    with _lock:
+        entry = _functions.get(digest)
+        if entry is None:
+            return
+        entry[2] -= 1
+        if entry[2] > 0:
+            return
+        del _functions[digest]
+    fn, path, _ = entry
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+    try:  # the interpreter caches a rewritten copy of every function it ran, forever
+        from triton.runtime.interpreter import InterpretedFunction
+
+        InterpretedFunction.rewritten_fn.pop(getattr(fn, "fn", None), None)
+    except (ImportError, AttributeError):
+        pass
+
+
+def load_kernel(source: str, name: str, owner: object):
+    """The JIT function ``name`` defined by ``source``, held for ``owner``: it is released when the last of its
+    owners is garbage-collected."""
     digest = hashlib.sha1(source.encode()).hexdigest()[:20]
     with _lock:
-        mod = _modules.get(digest)
-        if mod is None:
-            path = os.path.join(cache_dir(), f"k_{digest}.py")
-            if not os.path.exists(path):
-                fd, tmp = tempfile.mkstemp(dir=cache_dir(), suffix=".py")
-                with os.fdopen(fd, "w") as f:
-                    f.write(source)
-                os.replace(tmp, path)  # atomic: concurrent processes never see a half-written file
+        entry = _functions.get(digest)
+        if entry is None:
+            start = time.perf_counter()
+            path = os.path.join(kernel_folder(), f"k_{digest}.py")
+            with open(path, "w") as f:
+                f.write(source)
             spec = importlib.util.spec_from_file_location(f"pyfuser_kernel_{digest}", path)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-            _modules[digest] = mod
-    return getattr(mod, name)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            entry = _functions[digest] = [getattr(module, name), path, 0]
+            log.info("pyfuser: generated kernel %s loaded in %.1f ms (compiled at its first launch)", name,
+                     (time.perf_counter() - start) * 1e3)
+        entry[2] += 1
+    weakref.finalize(owner, _release, digest)
+    return entry[0]

@@ -158,8 +158,8 @@ class ExecutionPlan:
                       if id(tv) in expr_eval_outputs]
         scalars = plan.scalar_vals
         convert = any(isinstance(s, TensorView) or s.dtype is DataType.Bool for s in scalars if isinstance(s, Val))
-        launcher = Launcher(load_kernel(plan.source, plan.name), plan.num_warps, name=plan.name,
-                            compile_options=COMPILE_OPTIONS)
+        launcher = Launcher(None, plan.num_warps, name=plan.name, compile_options=COMPILE_OPTIONS)
+        launcher.fn = load_kernel(plan.source, plan.name, owner=launcher)  # released with the launcher
         out_metas = [(tuple(metas[id(tv)].sizes), tuple(metas[id(tv)].strides), metas[id(tv)].dtype)
                      for tv in plan.outputs]
         launcher.bind(plan.grid, (*plan.fixed_args, plan.block_r, plan.block_c), runtime.device)
