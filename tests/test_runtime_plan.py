@@ -376,3 +376,20 @@ def test_compiled_kernels_are_freed_with_their_caches():
                     reason="about 2.5 minutes; PYFUSER_SLOW_TESTS=1 runs it")
 def test_ten_thousand_distinct_fusions_stay_bounded():
     _check_bounded(10_000, 10)
+
+
+def test_first_call_logs_what_it_prepares_and_compiles(caplog):
+    """A user waiting on a first call sees why at INFO on the 'pyfuser' logger."""
+    import logging
+
+    fd = _distinct_fusion(123456)
+    with caplog.at_level(logging.INFO, logger="pyfuser"):
+        fd.execute([make([8])])
+    text = caplog.text
+    assert "prepared a runtime for a new input signature in" in text
+    if launcher.triton_usable(DEVICE):
+        assert "generated kernel pf_" in text and "loaded in" in text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="pyfuser"):
+        fd.execute([make([8])])
+    assert "prepared" not in caplog.text, "a cached call logs nothing"

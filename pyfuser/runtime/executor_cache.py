@@ -8,8 +8,10 @@ validates the inputs, then builds a runtime (segmentation, meta inference of bou
 
 from __future__ import annotations
 
+import logging
 import numbers
 import threading
+import time
 from collections import OrderedDict
 from typing import Any, Optional, Sequence
 
@@ -21,6 +23,8 @@ from .device_errors import DeviceErrorSink
 from .fusion_runtime import FusionRuntime
 from .options import Options, parse_options
 from .validation import InputBinder, flatten_inputs
+
+log = logging.getLogger("pyfuser")
 
 MAX_VECTOR_BYTES = 16  # 128-bit vector loads: the largest alignment that matters
 
@@ -82,9 +86,16 @@ class FusionExecutorCache:
             if runtime is not None:
                 return runtime
             self._binder.validate(flat, device)  # raises before anything is cached
+            start = time.perf_counter()
             if self._segmented is None:
                 self._segmented = segment_fusion(self.fusion)
             runtime = FusionRuntime(self._segmented, flat, options, device, self.errors)
+            if log.isEnabledFor(logging.INFO):
+                kinds = [r.runs_as for r in runtime.describe()]
+                log.info("pyfuser: prepared a runtime for a new input signature in %.1f ms: %d segments (%d generated "
+                         "kernels, %d hand-written, %d ATen); kernels compile at their first launch",
+                         (time.perf_counter() - start) * 1e3, len(kinds), kinds.count("triton"),
+                         kinds.count("op kernel"), kinds.count("aten"))
             self._runtimes[key] = runtime
             if len(self._runtimes) > self.MAX_SIGNATURES:
                 self._runtimes.popitem(last=False)
