@@ -73,6 +73,7 @@ def test_every_step_reports_itself():
             else:
                 assert step.name in report.ops
     assert reports[1].steps[0].reason == "ExprEval segment"
+    assert "  step aten: matmul (ExprEval segment)" in str(reports[1]).splitlines()
 
 
 def test_negative_bit_inputs_are_resolved_and_keyed():

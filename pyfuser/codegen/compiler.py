@@ -46,18 +46,34 @@ def kernel_folder() -> str:
 
 def live_kernels() -> int:
     """How many generated kernels are loaded now (tests check that this stays bounded)."""
-    return len(_functions)
+    with _lock:
+        _drain()
+        return len(_functions)
+
+
+_released: list = []  # digests whose owner was collected, not yet processed
 
 
 def _release(digest: str) -> None:
-    with _lock:
+    # A finalizer: it may run during any allocation (garbage collection), even inside load_kernel while _lock is
+    # held, so it only records the release (list.append is atomic); _drain does the work under the lock.
+    _released.append(digest)
+
+
+def _drain() -> None:
+    """Process recorded releases (caller holds _lock)."""
+    while _released:
+        digest = _released.pop()
         entry = _functions.get(digest)
         if entry is None:
-            return
+            continue
         entry[2] -= 1
-        if entry[2] > 0:
-            return
-        del _functions[digest]
+        if entry[2] <= 0:
+            del _functions[digest]
+            _unload(entry)
+
+
+def _unload(entry: list) -> None:
     fn, path, _ = entry
     try:
         os.remove(path)
@@ -76,6 +92,7 @@ def load_kernel(source: str, name: str, owner: object):
     owners is garbage-collected."""
     digest = hashlib.sha1(source.encode()).hexdigest()[:20]
     with _lock:
+        _drain()
         entry = _functions.get(digest)
         if entry is None:
             start = time.perf_counter()
@@ -89,5 +106,5 @@ def load_kernel(source: str, name: str, owner: object):
             log.info("pyfuser: generated kernel %s loaded in %.1f ms (compiled at its first launch)", name,
                      (time.perf_counter() - start) * 1e3)
         entry[2] += 1
-    weakref.finalize(owner, _release, digest)
+        weakref.finalize(owner, _release, digest)
     return entry[0]

@@ -37,6 +37,8 @@ class SegmentReport:
         lines = [f"segment {self.index} [{self.kind}] runs as {how}: {', '.join(self.ops)}"]
         lines += [f"  in  {n}: {lay}" for n, lay in self.inputs.items()]
         lines += [f"  out {n}: {lay}" for n, lay in self.outputs.items()]
+        lines += [f"  step {st.kind}: {st.name}" + (f" ({st.reason})" if st.reason and st.kind == "aten" else "")
+                  for st in self.steps]
         return "\n".join(lines)
 
 

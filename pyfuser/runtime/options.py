@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Sequence
 
@@ -53,6 +53,14 @@ class Options:
     cuda_graph: bool = False
     cuda_graph_reuse_outputs: bool = False
     sync_offset_checks: bool = False
+    # Options are part of every call's cache key: their hash is computed once.
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self):
+        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 _ENV_VARS = ("PYFUSER_ENABLE", "NVFUSER_ENABLE", "PYFUSER_DISABLE", "NVFUSER_DISABLE")

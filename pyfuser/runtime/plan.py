@@ -128,14 +128,12 @@ class ExecutionPlan:
         for e in exprs:
             own = use_kernels and e.op.kernel is not None
             fn = e.op.kernel if own else e.op.evaluate
-            bind_args = compile_binder(tuple(e.args), slots.get)
-            bind_kwargs = compile_binder(dict(e.kwargs), slots.get)
             out_slots = [slots.assign(o) for o in e.outputs]
             element_slots = [[slots.assign(x) for x in o.elements] if isinstance(o, Vector) else None
                              for o in e.outputs]
             kind = "op kernel" if own else "aten"
-            steps.append(CallStep(e, fn, bind_args, bind_kwargs, out_slots, element_slots, kind,
-                                  e.op.name if own else reason, seg.index))
+            steps.append(CallStep(e, fn, slots.get, out_slots, element_slots, kind, e.op.name if own else reason,
+                                  seg.index))
         return steps
 
     def _kernel_steps(self, seg: Segment, slots: SlotMap, runtime, input_metas: dict, expr_eval_outputs: set):

@@ -29,12 +29,14 @@ class StepReport:
     source: Optional[str] = None  # a generated kernel's Triton source
 
 
-def compile_binder(template: Any, slot_of: Callable[[Any], Optional[int]]) -> Callable[[list], Any]:
+def compile_binder(template: Any, slot_of: Callable[[Any], Optional[int]], call: Optional[tuple] = None
+                   ) -> Callable[[list], Any]:
     """A function ``values -> template`` with every Val replaced by its value, compiled once to Python.
 
     ``slot_of(val)`` is the slot holding ``val`` at run time, or None when its value is known now (constant
     scalars; a Vector whose elements are resolved one by one). Lists, tuples and dicts are rebuilt; any other
-    object is a constant."""
+    object is a constant. With ``call=(fn, node, kwargs_template)``, ``template`` is the positional arguments
+    and the function returns ``fn(node, *args, **kwargs)`` itself (one Python call per step)."""
     from ..ir.nodes import Scalar, Val, Vector
 
     consts: dict = {}
@@ -62,26 +64,33 @@ def compile_binder(template: Any, slot_of: Callable[[Any], Optional[int]]) -> Ca
             return "{" + ", ".join(f"{k!r}: {emit(e)}" for k, e in x.items()) + "}"
         return const(x)
 
-    return eval(f"lambda v: {emit(template)}", consts)  # noqa: S307 (source built above from slots and names)
+    if call is None:
+        body = emit(template)
+    else:
+        fn, node, kwargs = call
+        args = "".join(emit(a) + ", " for a in template)
+        kw = "".join(f"{k}={emit(x)}, " for k, x in kwargs.items() if k.isidentifier())
+        extra = {k: x for k, x in kwargs.items() if not k.isidentifier()}
+        body = f"{const(fn)}({const(node)}, {args}{kw}" + (f"**{emit(extra)}" if extra else "") + ")"
+    return eval(f"lambda v: {body}", consts)  # noqa: S307 (source built above from slots and names)
 
 
 class CallStep:
     """One op evaluated by a Python callable: ``fn(node, *args, **kwargs)``; outputs stored by slot."""
 
-    __slots__ = ("node", "fn", "bind_args", "bind_kwargs", "out_slots", "element_slots", "kind", "reason",
-                 "segment")
+    __slots__ = ("node", "fn", "call", "out_slots", "element_slots", "kind", "reason", "segment")
 
-    def __init__(self, node, fn: Callable, bind_args, bind_kwargs, out_slots: list, element_slots: list,
-                 kind: str, reason: str, segment: int):
+    def __init__(self, node, fn: Callable, slot_of, out_slots: list, element_slots: list, kind: str, reason: str,
+                 segment: int):
         self.node, self.fn = node, fn
-        self.bind_args, self.bind_kwargs = bind_args, bind_kwargs
+        self.call = compile_binder(tuple(node.args), slot_of, call=(fn, node, dict(node.kwargs)))
         self.out_slots = out_slots  # one per output (None: the value is not needed later)
         self.element_slots = element_slots  # per output: slots of a Vector output's elements, or None
         self.kind, self.reason, self.segment = kind, reason, segment
 
     def run(self, v: list) -> None:
         try:
-            result = self.fn(self.node, *self.bind_args(v), **self.bind_kwargs(v))
+            result = self.call(v)
         except PyfuserError:
             raise
         except (RuntimeError, ValueError, TypeError, IndexError, ZeroDivisionError) as e:
