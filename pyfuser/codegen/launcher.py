@@ -141,12 +141,13 @@ class Launcher:
         self._grid = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
         self._constexprs = tuple(constexprs)
         self._device = device
+        self._cuda = device.type == "cuda"
         self._bound: dict = {}
 
     def launch_bound(self, tensors: list, scalars: tuple) -> None:
         """:meth:`launch` with the bound grid and constexprs. The dtypes are fixed too, so a specialization is
         keyed by pointer alignment and integer specialization alone (checked on every call)."""
-        if self._device.type == "cuda" and _direct_enabled and not _launch_hooks_installed():
+        if self._cuda and _direct_enabled and not _launch_hooks_installed():
             ptrs = [t.data_ptr() for t in tensors]
             key = (tuple([p & 15 == 0 for p in ptrs]), tuple(map(_scalar_spec, scalars)) if scalars else ())
             compiled = self._bound.get(key)

@@ -53,6 +53,10 @@ class DeviceErrorSink:
                     flags = self._device[device] = torch.zeros(SLOTS, dtype=torch.int32, device=device)
         return flags
 
+    def has_flags(self) -> bool:
+        """Whether any check of this fusion ever ran on the device (else there is nothing to poll)."""
+        return bool(self._host)
+
     def poll(self) -> None:
         """Before a call: raise the errors that finished calls flagged (a host memory read; never waits)."""
         for device, host in self._host.items():

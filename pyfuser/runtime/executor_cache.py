@@ -66,7 +66,10 @@ class FusionExecutorCache:
 
     def execute(self, inputs: Sequence[Any], *, device=None, enable_options=(), disable_options=()) -> list:
         options = parse_options(enable_options, disable_options)
-        flat = flatten_inputs(inputs, self.fusion.inputs)
+        if isinstance(inputs, list) and not any(isinstance(x, (list, tuple)) for x in inputs):
+            flat = inputs  # nothing to flatten: the common case, checked without a Python loop of our own
+        else:
+            flat = flatten_inputs(inputs, self.fusion.inputs)
         key = (options, device, input_signature(flat))
         runtime = self._runtimes.get(key)
         if runtime is None:

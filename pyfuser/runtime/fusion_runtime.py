@@ -82,7 +82,7 @@ class FusionRuntime:
     def run(self, flat_inputs: Sequence[Any]) -> list:
         errors = self.errors
         # Under a caller's own CUDA-graph capture, host-side bookkeeping must not touch the stream.
-        if errors is not None and not torch.cuda.is_current_stream_capturing():
+        if errors is not None and errors.has_flags() and not torch.cuda.is_current_stream_capturing():
             errors.poll()
         token = run_context.enter(run_context.RunContext(self.device, self._offset_mode, errors))
         grad = torch.is_grad_enabled()
