@@ -153,9 +153,6 @@ def known_bugs(program: fuzz_gen.Program, error: BaseException) -> list[str]:
     """Open bugs (each has a strict regression test below) and interpreter gaps that can explain a failure of
     ``program``. Fixed bugs are not listed: a failure that looks like one is a regression and must fail."""
     found = []
-    if "has its negative or conjugate bit set and overlapping strides" in str(error):
-        found.append("runtime: an expanded view of a negative-bit input cannot be resolved for a kernel "
-                     "(test_regression_neg_bit_expanded_into_kernel)")
     if os.environ.get("TRITON_INTERPRET") == "1" and "ufunc 'bitwise_and' not supported" in str(error):
         # Not pyfuser: triton 3.6's interpreter fails on (0-dim int1) & (2-D int1) when the 0-dim operand comes
         # from a by-value float argument (tl.full([], s0, tl.float32) != 0); the GPU compiles it.
@@ -580,13 +577,9 @@ def test_regression_neg_bit_through_aten_view():
     run_program(_program(build))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Found by the fuzzer (seed 3187, H200 and CPU) after 672c517. A negative-bit input expanded by an ATen "
-    "segment (stride 0) and then read by a kernel: the runtime resolves kernel operands into copies with the "
-    "same strides, which an overlapping layout cannot hold, and refuses with 'has its negative or conjugate bit "
-    "set and overlapping strides; pass x.resolve_neg()' for a program eager runs (e = expand(x) and isnan(e), both "
-    "outputs). Runtime "
-    "(resolving negative-bit operands), not codegen."))
+# Fixed in the runtime (runtime/steps.py, resolved_like): found by the fuzzer (seed 3187, H200 and CPU). A
+# negative-bit input expanded by an ATen segment (stride 0) and then read by a kernel was refused ("overlapping
+# strides"); broadcast dims are now resolved once and expanded again.
 def test_regression_neg_bit_expanded_into_kernel():
     def build(b):
         x = b.input((9, 6), fuzz_gen.F32, "negbit", seed=18)

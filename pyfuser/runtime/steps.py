@@ -111,8 +111,14 @@ class CallStep:
 
 
 def resolved_like(x: torch.Tensor) -> torch.Tensor:
-    """``x`` with its negative/conjugate bit applied, in memory laid out with ``x``'s own strides."""
-    out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+    """``x`` with its negative/conjugate bit applied, in memory laid out with ``x``'s own strides.
+
+    Broadcast (stride-0) dims are resolved once and expanded again, so an expanded view keeps its strides."""
+    strides = x.stride()
+    if any(st == 0 and n > 1 for n, st in zip(x.shape, strides)):
+        compact = [1 if st == 0 else n for n, st in zip(x.shape, strides)]
+        return resolved_like(x.as_strided(compact, strides, x.storage_offset())).expand(x.shape)
+    out = torch.empty_strided(x.shape, strides, dtype=x.dtype, device=x.device)
     try:
         out.copy_(x)
     except RuntimeError as e:  # overlapping strides (an expanded view) cannot be written element by element
