@@ -52,6 +52,9 @@ class FusionRuntime:
 
                 raise OptionError(f"cuda_graph: CUDA graphs need a CUDA device, but this call runs on {self.device}")
             self.graphed = GraphedPlan(self.plan, reuse_outputs=options.cuda_graph_reuse_outputs)
+        # A plan of generated kernels alone reads no run context (only evaluators do) and records no autograd
+        # (no ATen step, no alias write): its calls skip both.
+        self._bare = self.graphed is None and self.plan.kernels_only()
         dump(self)
 
     def describe(self) -> list:
@@ -80,6 +83,8 @@ class FusionRuntime:
         return {o.name: self.layouts[id(o)] for s in self.segments for o in s.outputs if id(o) in self.layouts}
 
     def run(self, flat_inputs: Sequence[Any]) -> list:
+        if self._bare:
+            return self._run_plan(flat_inputs)
         errors = self.errors
         # Under a caller's own CUDA-graph capture, host-side bookkeeping must not touch the stream.
         if errors is not None and errors.has_flags() and not torch.cuda.is_current_stream_capturing():

@@ -65,6 +65,7 @@ class Options:
 
 _ENV_VARS = ("PYFUSER_ENABLE", "NVFUSER_ENABLE", "PYFUSER_DISABLE", "NVFUSER_DISABLE")
 _ENV_KEYS = tuple(os.fsencode(v) for v in _ENV_VARS)
+_K0, _K1, _K2, _K3 = _ENV_KEYS
 
 
 def _env_snapshot() -> tuple:
@@ -72,7 +73,8 @@ def _env_snapshot() -> tuple:
     byte mapping (about 0.1 µs a variable) rather than os.environ's encoding __getitem__ (about 1 µs)."""
     data = getattr(os.environ, "_data", None)
     if isinstance(data, dict):
-        return tuple(data.get(k) for k in _ENV_KEYS)
+        get = data.get
+        return get(_K0), get(_K1), get(_K2), get(_K3)
     return tuple(os.environ.get(v) for v in _ENV_VARS)
 
 

@@ -174,9 +174,10 @@ class ExecutionPlan:
             v[i] = v[i].resolve_neg().resolve_conj()
         return v
 
-    def run_steps(self, v: list) -> None:
-        for step in self.steps:
-            step.run(v)
+    def kernels_only(self) -> bool:
+        """Whether every step is a generated kernel without a layout guard, and nothing is written into inputs."""
+        return (not self.aliases and not self.resolve_in_place
+                and all(isinstance(s, KernelStep) and not s.guards and not s.resolve_bits for s in self.steps))
 
     def finish(self, v: list, flat: Sequence[Any]) -> list:
         """Write alias outputs into their inputs (the caller's tensors, not resolved copies), pick the outputs."""
