@@ -72,7 +72,11 @@ def _remainder_adjust(r, b):
 # ignores them). Triton compiles libdevice in its flush-to-zero flavour by default: fp32 ceil/floor/sqrt/div_rn/
 # exp/... then read and write subnormals as 0 (measured on the H200: ceil(1.5e-39) = 0, 0 / 1.5e-39 = NaN),
 # where ATen's CUDA kernels keep them. Plain arithmetic and comparisons never flush.
-COMPILE_OPTIONS = {"enable_reflect_ftz": False}
+# Triton also contracts a multiply feeding an add or subtract into one fused multiply-add (LLVM's fp-contract and
+# ptxas --fmad, both on by default), which rounds once where eager, one op per kernel, rounds the product and then
+# the sum: a*b + c, or frac(a*b) = a*b - trunc(a*b), came out one ulp off (fuzzer seeds 1388, 3484; Double 5654).
+# Every fma a kernel needs is written out (libdevice calls keep theirs), so contraction is switched off.
+COMPILE_OPTIONS = {"enable_reflect_ftz": False, "enable_fp_fusion": False}
 
 
 _INT_OF_WIDTH = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
