@@ -488,3 +488,30 @@ def test_execute_with_dtensors_runs_plain_tensors_and_refuses_dtensors():
             pyfuser.execute_with_dtensors(fd, [da, b])
     finally:
         dist.destroy_process_group()
+
+
+def test_validate_tolerances_follow_dtype_and_reduction_size():
+    from pyfuser.frontend.validation import reference_run, tolerance
+
+    x, w = make((6, 1000)), make((1000, 3))
+
+    def fusion(fd):
+        tx, tw = fd.from_pytorch(x), fd.from_pytorch(w)
+        fd.add_output(fd.ops.exp(tx))                                  # no reduction
+        fd.add_output(fd.ops.mul(fd.ops.sum(tx, dims=[1]), 2.0))        # a 1000-element sum upstream
+        fd.add_output(fd.ops.relu(fd.ops.matmul(tx, tw)))              # K = 1000
+        fd.add_output(fd.ops.cast(fd.ops.sum(tx, dims=[0, 1]), DataType.BFloat16))  # 6000 elements, bf16
+
+    fd = defined(fusion)
+    refs, sizes = reference_run(fd.fusion, [x, w])
+    assert sizes == [1, 1000, 1000, 6000] and len(refs) == 4
+    assert tolerance(torch.float32, 1) == (1.68222e-06, 2.23704e-06)
+    assert tolerance(torch.float32, 1000) == (5.78476e-05, 5.78476e-07)  # next entry up (2048)
+    assert tolerance(torch.bfloat16, 6000) == (0.250049, 0.250049 * 0.01)  # 8192 covers it; next up: 16384
+    assert tolerance(torch.float32, 10**8) == (0.00343043 * 2, 0.00343043 * 2 * 0.01)
+    assert tolerance(torch.int64, 50) == (0.0, 0.0)
+    outs = fd.validate([x, w])
+    assert [o.shape for o in outs] == [(6, 1000), (6,), (6, 3), ()]
+    with pytest.raises(AssertionError, match="output 1"):
+        fd.validate([x, w], [refs[0], refs[1] + 1e-3, refs[2], refs[3]])  # beyond 5.8e-5 + 5.8e-7 * |ref|
+    fd.validate([x, w], [refs[0], refs[1] + 1e-5, refs[2], refs[3]])      # within

@@ -20,7 +20,7 @@ from .defined_fusion import DefinedFusion
 from .fusion_cache import executor_for
 from .printer import fusion_to_python
 from .repro import fake_copies, repro_script
-from .validation import compare_outputs, fake_free_copies
+from .validation import compare_outputs, reference_run
 from .tensor_descriptor import alloc_order_from_stride_order, compute_tensor_descriptor
 
 _NO_DTYPE = object()
@@ -362,26 +362,23 @@ class FusionDefinition:
 
         Without references the fusion is also evaluated op by op with ATen on copies of the inputs, and the
         outputs must match it in values, shapes, dtypes and strides. Given references are compared in values,
-        shapes and dtypes. ``atol``/``rtol`` override the per-dtype tolerances. Raises AssertionError on a mismatch."""
-        from ..runtime.evaluator import run_reference
-
+        shapes and dtypes. Tolerances are nvFuser's, by dtype and reduction size (frontend/validation.py);
+        ``atol``/``rtol`` override them. Raises AssertionError on a mismatch."""
+        references, sizes = reference_run(self.fusion, inputs)
         check_strides = reference_outputs is None
-        if reference_outputs is None:
-            reference_outputs = run_reference(self.fusion, fake_free_copies(inputs))
         outputs = self.execute(inputs, device=device)
-        compare_outputs(outputs, reference_outputs, check_strides, **tolerances)
+        compare_outputs(outputs, references if check_strides else reference_outputs, check_strides, sizes,
+                        **tolerances)
         return outputs
 
     def manual_validate(self, inputs: Sequence[Any], reference_outputs: Optional[Sequence[Any]] = None,
                         **tolerances) -> list:
         """:meth:`manual_execute`, then the comparison of :meth:`validate`; returns the outputs."""
-        from ..runtime.evaluator import run_reference
-
+        references, sizes = reference_run(self.fusion, inputs)
         check_strides = reference_outputs is None
-        if reference_outputs is None:
-            reference_outputs = run_reference(self.fusion, fake_free_copies(inputs))
         outputs = self.manual_execute(inputs)
-        compare_outputs(outputs, reference_outputs, check_strides, **tolerances)
+        compare_outputs(outputs, references if check_strides else reference_outputs, check_strides, sizes,
+                        **tolerances)
         return outputs
 
     # --- repro scripts ----------------------------------------------------------------------------------------
