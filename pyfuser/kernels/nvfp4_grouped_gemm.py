@@ -112,8 +112,7 @@ def default_config(m: int, n: int, k: int, g: int) -> GemmConfig:
 def _check_device(dev: torch.device) -> None:
     if dev.type != "cuda" and not (dev.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"):
         contract_error(f"the Triton kernel runs on CUDA tensors (or on CPU under TRITON_INTERPRET=1), got {dev}; "
-              "use pyfuser.nvfp4.reference.nvfp4_grouped_mm elsewhere")
-
+                       "use pyfuser.nvfp4.reference.nvfp4_grouped_mm elsewhere")
 
 
 def nvfp4_grouped_mm(

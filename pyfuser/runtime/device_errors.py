@@ -35,22 +35,22 @@ class DeviceErrorSink:
         """The pinned flags the check of ``slot`` ORs into (None: no slot left, check on the host instead)."""
         if slot >= SLOTS:
             return None
-        flags = self._host.get(device)
-        if flags is None:
-            with self._lock:
-                flags = self._host.get(device)
-                if flags is None:
-                    flags = self._host[device] = torch.zeros(SLOTS, dtype=torch.int32, pin_memory=True)
+        flags = self._per_device(self._host, device, lambda: torch.zeros(SLOTS, dtype=torch.int32, pin_memory=True))
         self._checks[(device, slot)] = check
         return flags
 
     def device_flags(self, device: torch.device) -> torch.Tensor:
-        flags = self._device.get(device)
+        """The device-side sticky copy of the flags (the torch form of the checks accumulates there)."""
+        return self._per_device(self._device, device,
+                                lambda: torch.zeros(SLOTS, dtype=torch.int32, device=device))
+
+    def _per_device(self, table: dict, device: torch.device, make):
+        flags = table.get(device)
         if flags is None:
             with self._lock:
-                flags = self._device.get(device)
+                flags = table.get(device)
                 if flags is None:
-                    flags = self._device[device] = torch.zeros(SLOTS, dtype=torch.int32, device=device)
+                    flags = table[device] = make()
         return flags
 
     def has_flags(self) -> bool:
