@@ -394,3 +394,22 @@ def test_first_call_logs_what_it_prepares_and_compiles(caplog):
     with caplog.at_level(logging.INFO, logger="pyfuser"):
         fd.execute([make([8])])
     assert "prepared" not in caplog.text, "a cached call logs nothing"
+
+
+def test_output_also_written_into_an_input_is_that_input():
+    """add_output(out) and add_output(out, alias_input=t): the returned output is t itself, holding out's value
+    (nvFuser returns the same buffer); the input added plainly is returned as itself too."""
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        out = fd.ops.where(fd.ops.gt(t, 0.0), t, 0.0)
+        fd.add_output(out)
+        fd.add_output(out, alias_input=t)
+        fd.add_output(out)
+        fd.add_output(t)
+    x = make([3, 4]) - 0.5
+    expected = torch.where(x > 0, x, 0.0)
+    outs = fd.execute([x])
+    assert len(outs) == 3
+    for o in outs:
+        assert o.data_ptr() == x.data_ptr()
+        assert torch.equal(o, expected)

@@ -82,6 +82,10 @@ class ExecutionPlan:
         self._outputs = compile_binder(list(fusion.outputs), slots.get)
         self.aliases = [(slots.get(val), slots.get(inp)) for val, inp in fusion.aliases]
         self.alias_vals = list(fusion.aliases)
+        # An output that is also written into an input (add_output(out) and add_output(out, alias_input)) is
+        # returned as that input tensor, which holds its value after the write (nvFuser returns the same buffer).
+        written = {id(val): slots.get(inp) for val, inp in fusion.aliases}
+        self.outputs_in_inputs = [(i, written[id(o)]) for i, o in enumerate(fusion.outputs) if id(o) in written]
         # A negative-bit view (x.conj().imag, torch._neg_view) stores unnegated values, and ATen views of it keep
         # the bit. When the signature has such an input, kernels resolve any operand that carries the bit into a
         # copy with the same strides (the layout they were planned for); ATen steps and the caller keep the views.
@@ -191,7 +195,10 @@ class ExecutionPlan:
                 raise FusionExecutionError(
                     f"add_output({val.name}, alias_input={inp.name}): cannot write into input {inp.name} (sizes "
                     f"{list(target.shape)}, strides {list(target.stride())}): {e}") from e
-        return self._outputs(v)
+        outs = self._outputs(v)
+        for i, in_slot in self.outputs_in_inputs:
+            outs[i] = flat[in_slot]
+        return outs
 
     def reports(self) -> list[list[StepReport]]:
         return [[r for r in (s.describe() for s in steps) if r is not None] for steps in self.segment_steps]
