@@ -413,3 +413,42 @@ def test_output_also_written_into_an_input_is_that_input():
     for o in outs:
         assert o.data_ptr() == x.data_ptr()
         assert torch.equal(o, expected)
+
+
+@pytest.mark.parametrize("view", ["neg_view", "transposed_neg_view"])
+def test_hand_written_kernel_reads_negative_bit_inputs_resolved(view):
+    """A hand-written kernel (nv_block_quantize) reads raw memory too: a negative-bit input (contiguous or not)
+    gives exactly the bits of the same values passed plainly, and the caller's view is left as it was."""
+    from pyfuser.nvfp4 import reference as ref
+
+    x = torch.randn(32, 64) * 3
+    if view == "transposed_neg_view":
+        x = x.t().contiguous().t()  # column-major storage
+    x = x.to(DEVICE)
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1, -1], dtype=DataType.Float, stride_order=[0, 1] if x.stride(0) == 1 else [])
+        q, s = fd.ops.nv_block_quantize(t)
+        fd.add_output(q)
+        fd.add_output(s)
+    neg = torch._neg_view(-x)
+    assert neg.is_neg() and torch.equal(neg, x) and neg.stride() == x.stride()
+    outs = fd.execute([neg])
+    data, scales = ref.quantize_nvfp4_fused(x, None)
+    assert outs[0].dtype == torch.float4_e2m1fn_x2 and outs[0].shape == (32, 32)
+    assert torch.equal(outs[0].view(torch.uint8), data.view(torch.uint8))
+    assert outs[1].dtype == torch.float8_e4m3fn and outs[1].shape == (32, 4) and outs[1].stride() == scales.stride()
+    assert torch.equal(outs[1].view(torch.uint8), scales.view(torch.uint8))
+    assert neg.is_neg() and torch.equal(neg, x)
+    assert [r.runs_as for r in fd.last_execution()] == (
+        ["op kernel"] if launcher.triton_usable(DEVICE) else ["aten"])
+
+
+@gpu
+def test_explicit_bare_cuda_device_runs_kernels():
+    """execute(device="cuda") (no index): streams and allocations use the current device's index."""
+    fd = _build(_pointwise)
+    x, y = make([64, 96]), make([64, 96])
+    ref = torch.relu(x + y) * 2.0
+    for _ in range(2):  # a plain call, then a cached one (the direct launch path)
+        out = fd.execute([x, y], device="cuda")[0]
+        assert torch.equal(out, ref) and out.stride() == ref.stride() and out.dtype == ref.dtype

@@ -30,16 +30,13 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from .interpreter_compat import interpreting
+
 log = logging.getLogger("pyfuser")
 
 _INTERPRET_LOCK = threading.RLock()
 _direct_enabled = os.environ.get("PYFUSER_DIRECT_LAUNCH", "1") != "0"
 stats = {"jit": 0, "interpreted": 0}  # launches that took those paths (direct launches are not counted)
-
-
-def interpreting() -> bool:
-    """Whether Triton kernels run in Triton's CPU interpreter (decided by TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def triton_usable(device: torch.device) -> bool:
@@ -92,8 +89,8 @@ class Launcher:
     def launch(self, grid: Sequence[int], tensors: Sequence[torch.Tensor], scalars: Sequence = (),
                constexprs: Sequence = (), jit_tensors: Optional[Callable[[], Sequence[torch.Tensor]]] = None):
         """``jit_tensors()``, if given, builds the pointer arguments as the JIT path must see them (views of other
-        dtypes at the same addresses as ``tensors``); they are only built on that path. Returns the compiled
-        kernel when this launch took the JIT path and its specialization can be launched directly from now on."""
+        dtypes at the same addresses as ``tensors``); they are only built on that path. Returns the compiled kernel
+        when its specialization can be launched directly (None on the interpreter or while hooks force the JIT)."""
         global _direct_enabled
         g0 = grid[0]
         g1 = grid[1] if len(grid) > 1 else 1
@@ -116,7 +113,7 @@ class Launcher:
                     stream = torch._C._cuda_getCurrentRawStream(first.device.index)  # the capture stream too
                     compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None,
                                  *ptrs, *scalars, *constexprs)
-                    return None
+                    return compiled
                 except Exception as e:  # an incompatible Triton: take the JIT path from now on
                     warnings.warn(f"pyfuser: direct kernel launch failed ({type(e).__name__}: {e}); using Triton's "
                                   "JIT launch path from now on")
@@ -161,13 +158,6 @@ class Launcher:
                 self._bound[key] = compiled
             return
         self.launch(self._grid, tensors, scalars, self._constexprs)
-
-    def clear(self) -> None:
-        """Drop the compiled specializations (their device code is freed once nothing else holds them)."""
-        with self._lock:
-            self._compiled.clear()
-            if hasattr(self, "_bound"):
-                self._bound.clear()
 
 
 _LAUNCHERS: dict = {}

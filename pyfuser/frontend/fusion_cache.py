@@ -71,12 +71,7 @@ class CompiledFusion:
 
     def is_compiled(self, inputs: Sequence[Any]) -> bool:
         """Whether a runtime for these inputs' signature exists (the next execute with them is a hit)."""
-        from ..runtime.executor_cache import input_signature
-        from ..runtime.options import parse_options
-        from ..runtime.validation import flatten_inputs
-
-        key = (parse_options((), ()), None, input_signature(flatten_inputs(inputs)))
-        return key in getattr(self._fec, "_runtimes", {})
+        return self._fec.has_runtime(inputs)
 
     def get_cuda_kernel(self, inputs: Sequence[Any] = ()) -> str:
         """pyfuser generates Triton, not CUDA C++: the generated Triton source of the last execution."""

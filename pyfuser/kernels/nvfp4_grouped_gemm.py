@@ -49,7 +49,6 @@ without Triton's per-call argument binding).
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -58,7 +57,7 @@ import triton
 import triton.language as tl
 from triton.runtime import driver
 
-from ..codegen.launcher import launch
+from ..codegen.launcher import launch, triton_usable
 from ..ir.dtypes import to_torch_dtype
 from ..ops import narrow_precision as ops
 from ..ops.registry import attach
@@ -110,7 +109,7 @@ def default_config(m: int, n: int, k: int, g: int) -> GemmConfig:
 
 
 def _check_device(dev: torch.device) -> None:
-    if dev.type != "cuda" and not (dev.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"):
+    if not triton_usable(dev):
         contract_error(f"the Triton kernel runs on CUDA tensors (or on CPU under TRITON_INTERPRET=1), got {dev}; "
                        "use pyfuser.nvfp4.reference.nvfp4_grouped_mm elsewhere")
 

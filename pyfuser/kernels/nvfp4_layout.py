@@ -49,13 +49,12 @@ tiles, issuing the next tile's loads before computing the current one (``tiles``
 
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-from ..codegen.launcher import launch
+from ..codegen.launcher import launch, triton_usable
 from ..ops import narrow_precision as ops
 from ..ops.registry import attach
 
@@ -593,9 +592,7 @@ def _dummy_offsets(device: torch.device) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------------------------
 
 def _check_device(t: torch.Tensor, who: str) -> None:
-    if t.device.type == "cuda":
-        return
-    if t.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1":
+    if triton_usable(t.device):
         return
     raise RuntimeError(f"{who}: Triton kernels need a CUDA tensor (or TRITON_INTERPRET=1 for CPU tensors), "
                        f"got a tensor on {t.device}")

@@ -159,14 +159,11 @@ def check_group_offsets(c: GroupCheck, starts: torch.Tensor, outs: Optional[torc
     if mode == run_context.OFFSET_CHECKS_OFF or starts.device.type == "meta":
         return
     ctx = run_context.current()
-    if mode == run_context.OFFSET_CHECKS_SYNC or starts.device.type != "cuda" or ctx is None or ctx.errors is None:
-        tensors = [t for t in (starts, outs, sizes) if t is not None]
-        values = iter(host_ints(*tensors))
-        _host_check(c, next(values), next(values) if outs is not None else None,
-                    next(values) if sizes is not None else None)
-        return
-    where = ctx.error_slot(c)
-    if where is None:  # more checks in one call than the sink has slots: read this one's values now
+    on_device = mode == run_context.OFFSET_CHECKS_DEVICE and starts.device.type == "cuda" and ctx is not None \
+        and ctx.errors is not None
+    # More checks in one call than the sink has slots: this one reads its values now.
+    where = ctx.error_slot(c) if on_device else None
+    if where is None:
         values = iter(host_ints(*[t for t in (starts, outs, sizes) if t is not None]))
         _host_check(c, next(values), next(values) if outs is not None else None,
                     next(values) if sizes is not None else None)

@@ -50,11 +50,6 @@ def resolve(obj: Any, env: Env) -> Any:
     return obj
 
 
-def default_device() -> torch.device:
-    """Where a fusion without tensor inputs runs: the current CUDA device, else the CPU."""
-    return run_context.default_device()
-
-
 def run_expr(expr: Expr, env: Env, use_kernel: bool = False) -> None:
     """Evaluate one expression with its operands from ``env`` (the reference and meta-inference path; cached
     calls run flat plans instead, pyfuser/runtime/plan.py)."""
@@ -90,7 +85,7 @@ def run_exprs(exprs: Iterable[Expr], env: Env, use_kernels: bool = False) -> Non
 def bind_inputs(fusion: Fusion, flat_inputs: Sequence[Any], device: Optional[torch.device] = None) -> Env:
     """Bind inputs by position. The run's device is ``device`` if given, else that of the first tensor input
     that is not a CPU scalar (``is_cpu``), else "meta" if any tensor input is a meta tensor (meta inference of
-    a fusion whose only tensors are CPU scalars), else :func:`default_device`."""
+    a fusion whose only tensors are CPU scalars), else ``run_context.default_device()``."""
     if device is not None and not isinstance(device, torch.device):
         device = torch.device(device)
     env = Env(device=device)
@@ -101,7 +96,7 @@ def bind_inputs(fusion: Fusion, flat_inputs: Sequence[Any], device: Optional[tor
         device = next((x.device for v, x in tensors if not getattr(v, "is_cpu", False)), None)
         if device is None and any(x.device.type == "meta" for _, x in tensors):
             device = torch.device("meta")
-        env.device = device if device is not None else default_device()
+        env.device = device if device is not None else run_context.default_device()
     return env
 
 

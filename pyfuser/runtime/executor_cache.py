@@ -65,12 +65,7 @@ class FusionExecutorCache:
         self.errors = DeviceErrorSink()
 
     def execute(self, inputs: Sequence[Any], *, device=None, enable_options=(), disable_options=()) -> list:
-        options = parse_options(enable_options, disable_options)
-        if isinstance(inputs, list) and not any(isinstance(x, (list, tuple)) for x in inputs):
-            flat = inputs  # nothing to flatten: the common case, checked without a Python loop of our own
-        else:
-            flat = flatten_inputs(inputs, self.fusion.inputs)
-        key = (options, device, input_signature(flat))
+        options, flat, key = self._key(inputs, device, enable_options, disable_options)
         runtime = self._runtimes.get(key)
         if runtime is None:
             runtime = self._build(key, flat, device, options)
@@ -82,6 +77,16 @@ class FusionExecutorCache:
                 pass
         self.last_runtime = runtime
         return runtime.run(flat)
+
+    def _key(self, inputs, device, enable_options, disable_options) -> tuple:
+        """(options, flat inputs, cache key) of a call."""
+        options = parse_options(enable_options, disable_options)
+        flat = flatten_inputs(inputs, self.fusion.inputs)
+        return options, flat, (options, device, input_signature(flat))
+
+    def has_runtime(self, inputs: Sequence[Any], *, device=None, enable_options=(), disable_options=()) -> bool:
+        """Whether a call with these inputs and options would be a cache hit."""
+        return self._key(inputs, device, enable_options, disable_options)[2] in self._runtimes
 
     def _build(self, key, flat, device, options: Options) -> FusionRuntime:
         with self._lock:

@@ -10,12 +10,12 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from ..errors import OptionError
 from ..ir.nodes import TensorView
 from ..ops import run_context
 from ..segment.segmenter import Segment, SegmentedFusion
 from .cuda_graph import GraphedPlan
 from .device_errors import DeviceErrorSink
-from .evaluator import default_device
 from .introspection import dump, reports
 from .layouts import TensorLayout
 from .meta_inference import infer_layouts
@@ -25,13 +25,17 @@ from .steps import KernelStep
 
 
 def run_device(flat_inputs: Sequence[Any], device=None) -> torch.device:
-    """The device a call runs on: the explicit one, else that of the first tensor input that is not a CPU scalar."""
+    """The device a call runs on: the explicit one (a bare "cuda" means the current CUDA device, so that streams
+    and allocations have an index), else that of the first tensor input that is not a CPU scalar."""
     if device is not None:
-        return torch.device(device)
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        return device
     for x in flat_inputs:
         if isinstance(x, torch.Tensor) and not (x.device.type == "cpu" and x.dim() == 0):
             return x.device
-    return default_device()
+    return run_context.default_device()
 
 
 class FusionRuntime:
@@ -40,6 +44,8 @@ class FusionRuntime:
         self.segmented = segmented
         self.options = options
         self.device = run_device(flat_inputs, device)
+        if options.cuda_graph and self.device.type != "cuda":
+            raise OptionError(f"cuda_graph: CUDA graphs need a CUDA device, but this call runs on {self.device}")
         self.layouts: dict[int, TensorLayout] = infer_layouts(segmented, flat_inputs, options)
         self.plan = ExecutionPlan(self, flat_inputs)
         self._offset_mode = offset_check_mode(options)
@@ -47,10 +53,6 @@ class FusionRuntime:
         self.errors = errors if self.device.type == "cuda" else None
         self.graphed: Optional[GraphedPlan] = None
         if options.cuda_graph:
-            if self.device.type != "cuda":
-                from ..errors import OptionError
-
-                raise OptionError(f"cuda_graph: CUDA graphs need a CUDA device, but this call runs on {self.device}")
             self.graphed = GraphedPlan(self.plan, reuse_outputs=options.cuda_graph_reuse_outputs)
         # A plan of generated kernels alone reads no run context (only evaluators do) and records no autograd
         # (no ATen step, no alias write): its calls skip both.

@@ -23,7 +23,7 @@ from ..ir.nodes import Scalar, TensorView, Val, Vector
 from ..ops.registry import OpKind
 from ..segment.loop_domain import NotFusable
 from ..segment.segmenter import SchedulerKind, Segment, SegmentedFusion
-from .steps import CallStep, KernelStep, LayoutCheckStep, StepReport, compile_binder, scalar_args
+from .steps import CallStep, KernelStep, LayoutCheckStep, StepReport, compile_binder, resolving_bits, scalar_args
 
 
 class SlotMap:
@@ -66,6 +66,10 @@ class ExecutionPlan:
         use_kernels = options.kernel_codegen and triton_usable(device)
         input_metas = {id(v): TensorMeta(tuple(x.shape), tuple(x.stride()), x.dtype)
                        for v, x in zip(fusion.inputs, flat_inputs) if isinstance(x, torch.Tensor)}
+        # A negative-bit view (x.conj().imag, torch._neg_view) stores unnegated values, and ATen views of it keep
+        # the bit. When the signature has such an input, every Triton kernel (generated or hand-written) resolves
+        # the operands that carry the bit into copies with the same strides; ATen steps and the caller keep views.
+        self.resolve_bits = any(isinstance(x, torch.Tensor) and (x.is_neg() or x.is_conj()) for x in flat_inputs)
         self.segment_steps: list[list] = []
         self.segment_reasons: list[str] = []
         expr_eval_outputs: set[int] = set()
@@ -80,23 +84,11 @@ class ExecutionPlan:
         self.steps = [s for steps in self.segment_steps for s in steps]
         self.n_slots = len(slots)
         self._outputs = compile_binder(list(fusion.outputs), slots.get)
-        self.aliases = [(slots.get(val), slots.get(inp)) for val, inp in fusion.aliases]
-        self.alias_vals = list(fusion.aliases)
+        self.aliases = [(slots.get(val), slots.get(inp), val, inp) for val, inp in fusion.aliases]
         # An output that is also written into an input (add_output(out) and add_output(out, alias_input)) is
         # returned as that input tensor, which holds its value after the write (nvFuser returns the same buffer).
         written = {id(val): slots.get(inp) for val, inp in fusion.aliases}
         self.outputs_in_inputs = [(i, written[id(o)]) for i, o in enumerate(fusion.outputs) if id(o) in written]
-        # A negative-bit view (x.conj().imag, torch._neg_view) stores unnegated values, and ATen views of it keep
-        # the bit. When the signature has such an input, kernels resolve any operand that carries the bit into a
-        # copy with the same strides (the layout they were planned for); ATen steps and the caller keep the views.
-        marked = [i for i, x in enumerate(flat_inputs) if isinstance(x, torch.Tensor) and (x.is_neg() or x.is_conj())]
-        for step in self.steps:
-            if isinstance(step, KernelStep):
-                step.resolve_bits = bool(marked)
-        # A hand-written kernel's binder reads the input slot itself: resolve it in place (its view is not kept).
-        self.resolve_in_place = sorted(set(marked).intersection(
-            i for step in self.steps if isinstance(step, CallStep) and step.kind == "op kernel"
-            for i in range(self.n_inputs)))
 
     # --- building ---------------------------------------------------------------------------------------------
     def _segment_steps(self, seg: Segment, slots: SlotMap, runtime, input_metas, use_kernels: bool,
@@ -131,7 +123,9 @@ class ExecutionPlan:
         steps = []
         for e in exprs:
             own = use_kernels and e.op.kernel is not None
-            fn = e.op.kernel if own else e.op.evaluate
+            fn = e.op.evaluate
+            if own:
+                fn = resolving_bits(e.op.kernel) if self.resolve_bits else e.op.kernel
             out_slots = [slots.assign(o) for o in e.outputs]
             element_slots = [[slots.assign(x) for x in o.elements] if isinstance(o, Vector) else None
                              for o in e.outputs]
@@ -167,28 +161,25 @@ class ExecutionPlan:
         launcher.bind(plan.grid, (*plan.fixed_args, plan.block_r, plan.block_c), runtime.device)
         step = KernelStep(plan, launcher, [slots.get(tv) for tv in plan.inputs], [slots.assign(tv) for tv in plan.outputs],
                           out_metas, scalar_args(compile_binder(tuple(scalars), slots.get), convert),
-                          runtime.device, guards, fallback, seg.index)
+                          runtime.device, guards, fallback, seg.index, self.resolve_bits)
         return steps + [step]
 
     # --- running ----------------------------------------------------------------------------------------------
     def bind(self, flat: Sequence[Any]) -> list:
         v = list(flat)
         v.extend([None] * (self.n_slots - self.n_inputs))
-        for i in self.resolve_in_place:
-            v[i] = v[i].resolve_neg().resolve_conj()
         return v
 
     def kernels_only(self) -> bool:
-        """Whether every step is a generated kernel without a layout guard, and nothing is written into inputs."""
-        return (not self.aliases and not self.resolve_in_place
-                and all(isinstance(s, KernelStep) and not s.guards and not s.resolve_bits for s in self.steps))
+        """Whether every step is a generated kernel without a layout guard or negative-bit operands to resolve, and
+        nothing is written into inputs."""
+        return (not self.aliases and not self.resolve_bits
+                and all(isinstance(s, KernelStep) and not s.guards for s in self.steps))
 
     def finish(self, v: list, flat: Sequence[Any]) -> list:
         """Write alias outputs into their inputs (the caller's tensors, not resolved copies), pick the outputs."""
-        for (val_slot, in_slot), (val, inp) in zip(self.aliases, self.alias_vals):
+        for val_slot, in_slot, val, inp in self.aliases:
             target = flat[in_slot]
-            if target.device.type == "meta":
-                continue
             try:
                 target.copy_(v[val_slot])
             except RuntimeError as e:  # e.g. an expanded (stride-0) input cannot be written element by element

@@ -78,11 +78,11 @@ def compile_binder(template: Any, slot_of: Callable[[Any], Optional[int]], call:
 class CallStep:
     """One op evaluated by a Python callable: ``fn(node, *args, **kwargs)``; outputs stored by slot."""
 
-    __slots__ = ("node", "fn", "call", "out_slots", "element_slots", "kind", "reason", "segment")
+    __slots__ = ("node", "call", "out_slots", "element_slots", "kind", "reason", "segment")
 
     def __init__(self, node, fn: Callable, slot_of, out_slots: list, element_slots: list, kind: str, reason: str,
                  segment: int):
-        self.node, self.fn = node, fn
+        self.node = node
         self.call = compile_binder(tuple(node.args), slot_of, call=(fn, node, dict(node.kwargs)))
         self.out_slots = out_slots  # one per output (None: the value is not needed later)
         self.element_slots = element_slots  # per output: slots of a Vector output's elements, or None
@@ -128,6 +128,21 @@ def resolved_like(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _resolved(x):
+    if isinstance(x, torch.Tensor) and (x.is_neg() or x.is_conj()):
+        return resolved_like(x)
+    return x
+
+
+def resolving_bits(kernel: Callable) -> Callable:
+    """A hand-written kernel's entry point that first resolves negative/conjugate-bit tensor arguments (Triton
+    reads raw memory), as KernelStep does for generated kernels."""
+    def run(node, *args, **kwargs):
+        return kernel(node, *map(_resolved, args), **{k: _resolved(x) for k, x in kwargs.items()})
+
+    return run
+
+
 def _scalar_arg(x):
     if isinstance(x, torch.Tensor):  # a 0-dim CPU tensor passed by value
         x = x.item()
@@ -140,22 +155,20 @@ class KernelStep:
     ``guards``: (slot, strides) of inputs whose layout the kernel assumes but the plan could not prove (layout
     inference off); a call that breaks one runs ``fallback`` (the segment's ATen steps) instead."""
 
-    __slots__ = ("plan", "launcher", "in_slots", "out_slots", "out_metas", "bind_scalars", "constexprs", "grid",
-                 "device", "guards", "fallback", "segment", "empty", "last_path", "resolve_bits")
+    __slots__ = ("plan", "launcher", "in_slots", "out_slots", "out_metas", "bind_scalars", "device", "guards",
+                 "fallback", "segment", "empty", "last_path", "resolve_bits")
 
     def __init__(self, plan, launcher, in_slots, out_slots, out_metas, bind_scalars, device, guards, fallback,
-                 segment: int):
-        self.plan, self.launcher = plan, launcher
+                 segment: int, resolve_bits: bool = False):
+        self.plan, self.launcher = plan, launcher  # the launcher is bound to the plan's grid and constexprs
         self.in_slots, self.out_slots, self.out_metas = in_slots, out_slots, out_metas
         self.bind_scalars = bind_scalars
-        self.constexprs = (*plan.fixed_args, plan.block_r, plan.block_c)
-        self.grid = plan.grid
         self.device = device
         self.guards, self.fallback = guards, fallback
         self.segment = segment
         self.empty = plan.n_rows * plan.n_cols == 0
         self.last_path = None
-        self.resolve_bits = False  # set when the signature has negative/conjugate-bit inputs (plan.py)
+        self.resolve_bits = resolve_bits  # the signature has negative/conjugate-bit inputs (plan.py)
 
     def run(self, v: list) -> None:
         for slot, strides in self.guards:
@@ -172,7 +185,7 @@ class KernelStep:
         if not self.empty:
             ins = [v[s] for s in self.in_slots]
             if self.resolve_bits:
-                ins = [resolved_like(t) if t.is_neg() or t.is_conj() else t for t in ins]
+                ins = [_resolved(t) for t in ins]
             self.launcher.launch_bound(ins + outs, self.bind_scalars(v))
         for slot, t in zip(self.out_slots, outs):
             v[slot] = t

@@ -23,6 +23,8 @@ def flatten_inputs(inputs: Sequence[Any], expected: Optional[Sequence[Any]] = No
     receives its values); anywhere else it is an error naming the input it stands for."""
     if isinstance(inputs, torch.Tensor) or not isinstance(inputs, (list, tuple)):
         raise InputTypeError(f"execute() takes a list of inputs, got {type(inputs).__name__}")
+    if isinstance(inputs, list) and not any(isinstance(x, (list, tuple)) for x in inputs):
+        return inputs  # nothing to flatten: the common case on every cached call
     flat: list = []
     for x in inputs:
         if isinstance(x, (list, tuple)) and expected is None:
