@@ -590,37 +590,13 @@ def test_regression_neg_bit_expanded_into_kernel():
     run_program(_program(build))
 
 
-_PTX_OF_KERNELS = """
-import importlib.util, json, os, sys, tempfile
-import triton
-from triton.backends.compiler import GPUTarget
-kernels = json.load(sys.stdin)
-out = []
-with tempfile.TemporaryDirectory() as d:
-    for i, k in enumerate(kernels):
-        path = os.path.join(d, f"k{i}.py")
-        with open(path, "w") as f:
-            f.write(k["source"])
-        spec = importlib.util.spec_from_file_location(f"k{i}", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        src = triton.compiler.ASTSource(fn=getattr(mod, k["name"]), signature=k["signature"], constexprs=k["constexprs"])
-        out.append(triton.compile(src, target=GPUTarget("cuda", 90, 32), options=k["options"]).asm["ptx"])
-print(json.dumps(out))
-"""
-
-
 def test_regression_no_fma_contraction():
     """Seeds 1388, 3484 (Float) and 5654 (Double) on the H200: a multiply feeding an add/sub (frac(a*b) is
     a*b - trunc(a*b)) came out one ulp off eager, because Triton contracted the two into one fused multiply-add
     (one rounding) where eager's separate kernels round twice. Every generated kernel is compiled with
     enable_fp_fusion=False. Checked without a GPU: the kernels' sm_90 PTX has no fma (the interpreter never
     contracts, so only the compiled code can show it), and on a GPU against eager bit for bit."""
-    import json
-    import subprocess
-    import sys
-
-    from pyfuser.codegen.kernel_builder import COMPILE_OPTIONS
+    from sm90 import compile_ptx, kernel_spec, plans_of
 
     torch_dt = {torch.float32: "Float", torch.float64: "Double"}
     kernels = []
@@ -640,16 +616,8 @@ def test_regression_no_fma_contraction():
         for o, r in zip(outs, [a * b + c, torch.frac(a * -1.5)]):
             assert torch.equal(o.view(torch.int64 if dt == torch.float64 else torch.int32),
                                r.view(torch.int64 if dt == torch.float64 else torch.int32)), (o, r)
-        rt = fd.last_runtime()
-        plans = [rt.kernel_step(i).plan for i in range(len(rt.segments)) if rt.kernel_step(i) is not None]
+        plans = plans_of(fd)
         assert plans, "the fusion must run a generated kernel"
-        for p in plans:
-            sig, constexprs = p.compile_spec()
-            kernels.append({"name": p.name, "source": p.source, "signature": sig, "constexprs": constexprs,
-                            "options": {"num_warps": p.num_warps, **COMPILE_OPTIONS}})
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", _PTX_OF_KERNELS], input=json.dumps(kernels), capture_output=True,
-                          text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    for k, ptx in zip(kernels, json.loads(proc.stdout.strip().splitlines()[-1])):
+        kernels += [kernel_spec(p) for p in plans]
+    for k, ptx in zip(kernels, compile_ptx(kernels)):
         assert "fma." not in ptx and "mad.rn" not in ptx, f"{k['name']}: the compiler contracted a multiply-add"

@@ -1,0 +1,58 @@
+"""Compile generated kernels for Hopper (sm_90) without a GPU, as the GPU would run them.
+
+Triton compiles for a target given explicitly when the interpreter is off, so the compile runs in a subprocess
+without TRITON_INTERPRET. Each kernel is compiled with the launch options pyfuser uses (num_warps and
+codegen.kernel_builder.COMPILE_OPTIONS), from the source and signature its plan records."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from pyfuser.codegen.kernel_builder import COMPILE_OPTIONS
+
+_COMPILE = """
+import importlib.util, json, os, sys, tempfile
+import triton
+from triton.backends.compiler import GPUTarget
+kernels = json.load(sys.stdin)
+out = []
+with tempfile.TemporaryDirectory() as d:
+    for i, k in enumerate(kernels):
+        path = os.path.join(d, f"k{i}.py")
+        with open(path, "w") as f:
+            f.write(k["source"])
+        spec = importlib.util.spec_from_file_location(f"k{i}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        src = triton.compiler.ASTSource(fn=getattr(mod, k["name"]), signature=k["signature"], constexprs=k["constexprs"])
+        compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=k["options"])
+        assert compiled.asm["cubin"], k["name"]
+        out.append(compiled.asm["ptx"])
+print(json.dumps(out))
+"""
+
+
+def kernel_spec(plan) -> dict:
+    """What the compile needs of a generated kernel's plan (codegen.plan.KernelPlan)."""
+    signature, constexprs = plan.compile_spec()
+    return {"name": plan.name, "source": plan.source, "signature": signature, "constexprs": constexprs,
+            "options": {"num_warps": plan.num_warps, **COMPILE_OPTIONS}}
+
+
+def plans_of(fd) -> list:
+    """The plans of the generated kernels the last execute of ``fd`` ran."""
+    rt = fd.last_runtime()
+    return [rt.kernel_step(i).plan for i in range(len(rt.segments)) if rt.kernel_step(i) is not None]
+
+
+def compile_ptx(specs: list) -> list[str]:
+    """sm_90 PTX of each kernel_spec (each also assembled to a cubin); raises AssertionError with the compiler's
+    error output when one fails."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", _COMPILE], input=json.dumps(specs), capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
