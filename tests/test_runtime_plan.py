@@ -296,9 +296,10 @@ def test_cuda_graph_replays_equal_execute_bit_for_bit():
         plain = fd.execute([t, m])[0]
         graphed = fd.execute([t, m], _enable_options=["cuda_graph"])[0]
         assert torch.equal(graphed, plain)
+        assert graphed.stride() == plain.stride() and graphed.dtype == plain.dtype
         ref = layer(x)
         (g,) = layer.fusion(16).execute(layer.inputs(x), _enable_options=["cuda_graph"])
-        assert torch.equal(g, ref)
+        assert torch.equal(g, ref) and g.stride() == ref.stride() and g.dtype == ref.dtype
         outs.append((graphed, graphed.clone()))
     for kept, copy in outs:  # a later replay never overwrote an earlier call's output
         assert torch.equal(kept, copy)
