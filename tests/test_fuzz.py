@@ -621,3 +621,26 @@ def test_regression_no_fma_contraction():
         kernels += [kernel_spec(p) for p in plans]
     for k, ptx in zip(kernels, compile_ptx(kernels)):
         assert "fma." not in ptx and "mad.rn" not in ptx, f"{k['name']}: the compiler contracted a multiply-add"
+
+
+@pytest.mark.parametrize("seed", [2538, 3225, 3562, 4785, 5522, 6886, 8128])
+def test_regression_one_alignment_factor_per_coordinate(seed):
+    """Seeds of the H200 sweep whose kernels stored out of bounds (garbage, NaN or stale values in the outputs,
+    different from run to run). Each kernel indexed one row coordinate with strides written as
+    ``rc0 * (s * 4)`` for its int32/bool tensors and ``rc0 * (s * 2)`` for its int64 ones (the alignment factors
+    of codegen.plan); the ptxas Triton 3.6 ships turned both into ``(rc0 * 4) * s`` (SASS read on the H200;
+    compute-sanitizer: writes 32 bytes past a 160-byte output; ptxas 13.0 too). Every coordinate now carries at
+    most one constant (tensors whose strides allow less use a plain product, which compiles correctly). Here: the
+    source shows one constant per coordinate, and on a GPU the values match eager."""
+    import re
+
+    fd = run_case(seed)
+    for report in fd.last_execution():
+        src = report.kernel_source
+        if not src:
+            continue
+        scaled: dict = {}
+        for coord, factor in re.findall(r"\b(\w+) \* \(\w+ \* (\d+)\)", src):
+            scaled.setdefault(coord, set()).add(factor)
+        for coord, fs in scaled.items():
+            assert len(fs) == 1, f"{report.kernel_name}: {coord} scaled by {sorted(fs)}"

@@ -175,21 +175,21 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
 
     params: list[TensorParam] = []
     fixed_sizes = [_prod(sizes[ld] for ld in run) for run in row_runs + col_runs]
+    factors = _coordinate_factors(memory, metas, walks, row_runs, col_runs)
     stride_args: list[int] = []
     index64 = False
     for k, (tv, w) in enumerate(zip(memory, walks)):
         meta = metas[id(tv)]
         p = TensorParam(f"t{k}", meta.dtype, is_output=k >= len(inputs))
         max_off = 0
-        for terms, runs in ((p.row_terms, row_runs), (p.col_terms, col_runs)):
+        for axis, (terms, runs) in enumerate(((p.row_terms, row_runs), (p.col_terms, col_runs))):
             for i, run in enumerate(runs):
                 inner = run[-1]
                 if inner in w:
                     stride = int(w[inner])
-                    # The stride's power-of-two factor (up to a 16-byte vector) goes into the source as a
-                    # constant, so Triton can prove row starts aligned when they are (a row pitch of 5000 bf16
-                    # is 16-byte aligned; 4097 is not, and then nothing is claimed: nvFuser issue #4888).
-                    factor = _aligned_factor(stride, meta.dtype.itemsize)
+                    factor = factors[axis, i]
+                    if _aligned_factor(stride, meta.dtype.itemsize) != factor:
+                        factor = 1  # see _coordinate_factors: this coordinate's one constant is not ours
                     terms.append((i, f"{p.name}_s{len(stride_args)}", factor))
                     stride_args.append(stride // factor)
                     max_off += stride * (_prod(sizes[ld] for ld in run) - 1)
@@ -268,6 +268,28 @@ def _lower(segment, kernel_exprs, kb: KernelBuilder, inputs, params, outputs, ho
     for tv, p in zip(outputs, params[len(inputs):]):
         kb.store(p, values[id(tv)])
     return scalar_vals
+
+
+def _coordinate_factors(memory, metas, walks, row_runs, col_runs) -> dict:
+    """(0 for rows / 1 for columns, run index) -> the one power-of-two constant strides along that coordinate may
+    be written with in the source, as ``coord * (stride_arg * factor)``: the largest any tensor's stride allows.
+    A tensor whose stride allows less is indexed with a plain ``coord * stride``.
+
+    The factor (up to a 16-byte vector) lets Triton prove row starts aligned when they are (a row pitch of 5000
+    bf16 is 16-byte aligned; 4097 is not, and then nothing is claimed: nvFuser issue #4888). One per coordinate:
+    ptxas (the 12.8 that Triton 3.6 ships, and 13.0) miscompiles a coordinate scaled by two different constants:
+    ``rc0 * (s0 * 4)`` for an int32 and ``rc0 * (s9 * 2)`` for an int64 tensor both became ``(rc0 * 4) * s``
+    (SASS read on the H200; out-of-bounds stores, fuzzer seeds 2538, 3225, 3562, 4785, 5522, 6886, 8128), while
+    a constant next to plain products of the same coordinate compiles correctly (measured)."""
+    factors = {}
+    for tv, w in zip(memory, walks):
+        itemsize = metas[id(tv)].dtype.itemsize
+        for axis, runs in enumerate((row_runs, col_runs)):
+            for i, run in enumerate(runs):
+                if run[-1] in w:
+                    f = _aligned_factor(int(w[run[-1]]), itemsize)
+                    factors[axis, i] = max(factors.get((axis, i), f), f)
+    return factors
 
 
 def _aligned_factor(stride: int, itemsize: int) -> int:
