@@ -24,6 +24,7 @@ from ..errors import FusionExecutionError, UnsupportedOpError
 from ..ir.dtypes import DataType, to_torch_dtype
 from ..ir.nodes import IterDomain, TensorView
 from ..ir.packing import packed_shape
+from .mxfp8 import block_quantize_mxfp8
 from .offset_checks import GroupCheck, check_group_offsets
 from .common import FusionDtypeError, fail, fusion_of, new_tensor, require_tensor
 from ..nvfp4.gemm_contract import check_operands
@@ -85,7 +86,9 @@ def _quant_input(op: str, x, block_size, dtype) -> TensorView:
     if dtype is DataType.Float8_e4m3fn:
         raise UnsupportedOpError(f"fd.ops.{op}: the MXFP8 variant (dtype=Float8_e4m3fn) is not supported")
     if dtype is not DataType.Float4_e2m1fn:
-        fail(op, f"argument 'dtype' must be DataType.Float4_e2m1fn, got {dtype!r}", FusionDtypeError)
+        want = "DataType.Float4_e2m1fn or DataType.Float8_e4m3fn" if op == "nv_block_quantize" else \
+            "DataType.Float4_e2m1fn"
+        fail(op, f"argument 'dtype' must be {want}, got {dtype!r}", FusionDtypeError)
     if block_size != 16:
         fail(op, f"argument 'block_size' must be 16 for NVFP4, got {block_size!r}")
     k = tv.static_shape()[1]
@@ -195,8 +198,12 @@ def nv_block_quantize(input, global_scale=None, swizzle_block_scales: bool = Fal
                       dtype: DataType = DataType.Float4_e2m1fn):
     """Quantize [M, K] to NVFP4: FP4 values [M, K] and e4m3 block scales [M, K/16] (optionally 128x4-swizzled).
 
-    ``global_scale`` (0-dim Float) is an encode multiplier: dequantization divides by it."""
+    ``global_scale`` (0-dim Float) is an encode multiplier: dequantization divides by it. With
+    ``dtype=DataType.Float8_e4m3fn`` and ``block_size=32``: MXFP8 (ops/mxfp8.py)."""
     op = "nv_block_quantize"
+    if dtype is DataType.Float8_e4m3fn:  # MXFP8: e8m0 scales of 32-element blocks, any rank (ops/mxfp8.py)
+        x = _tensor(op, input, "input", None, _QUANT_INPUT)
+        return block_quantize_mxfp8(op, x, global_scale, swizzle_block_scales, block_size, nv_block_quantize)
     x = _quant_input(op, input, block_size, dtype)
     gs = _global_scale(op, global_scale)
     if not isinstance(swizzle_block_scales, bool):

@@ -46,6 +46,10 @@ class OpResult:
     info: dict = field(default_factory=dict)
     # Ops like ``shape`` return Python structures of Vals to the user rather than the output tuple.
     user_result: Any = None
+    # A form of the op with semantics of its own (e.g. MXFP8 block quantization, which has no hand-written
+    # kernel): the node gets this OpDef, which has the op's name (so it prints as the same call) but its own
+    # evaluator, meta and kind. None: the registered OpDef.
+    variant: Optional["OpDef"] = None
 
 
 @dataclass
@@ -117,7 +121,7 @@ def register(
             outputs = list(result.outputs)
             if outputs:
                 fusion = outputs[0].fusion
-                node = Expr(opdef, result.args, result.kwargs, outputs, result.info)
+                node = Expr(result.variant or opdef, result.args, result.kwargs, outputs, result.info)
                 fusion.add_expr(node)
             if result.user_result is not None:
                 return result.user_result
