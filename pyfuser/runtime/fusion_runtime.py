@@ -46,7 +46,7 @@ class FusionRuntime:
         self.device = run_device(flat_inputs, device)
         if options.cuda_graph and self.device.type != "cuda":
             raise OptionError(f"cuda_graph: CUDA graphs need a CUDA device, but this call runs on {self.device}")
-        self.layouts: dict[int, TensorLayout] = infer_layouts(segmented, flat_inputs, options)
+        self.layouts: dict[int, TensorLayout] = infer_layouts(segmented, flat_inputs, options, self.device.type)
         self.plan = ExecutionPlan(self, flat_inputs)
         self._offset_mode = offset_check_mode(options)
         # Device-side check results are collected only on CUDA (elsewhere checks read values directly).

@@ -2,7 +2,8 @@
 
 Segments run in order on meta tensors built with ``empty_strided`` from the real inputs' sizes and strides; each
 op's evaluator runs unchanged, except where the registry holds a meta override because ATen's meta result
-differs from the GPU's. The sizes and strides of each segment output give its layout (contiguity and allocation
+differs from the GPU's, and elementwise ATen ops are laid out as TensorIterator does on CPU and CUDA
+(ops/iterator_strides.py: the meta device's reference implementations order ambiguous dims differently). The sizes and strides of each segment output give its layout (contiguity and allocation
 order) through :func:`layout_from_strides`. With ``infer_contiguity`` disabled, ExprEval segment outputs fall
 back to the old assumption (contiguous in the TV's allocation order), which later segments then also see.
 
@@ -16,6 +17,7 @@ from typing import Any, Sequence
 import torch
 
 from ..ir.nodes import TensorView
+from ..ops.iterator_strides import IteratorStridesMode
 from ..segment.segmenter import SchedulerKind, SegmentedFusion
 from .evaluator import Env, bind_inputs, run_exprs
 from .layouts import TensorLayout, contiguous_strides, layout_from_strides
@@ -31,8 +33,10 @@ def to_meta(x: Any) -> Any:
     return x
 
 
-def infer_layouts(segmented: SegmentedFusion, flat_inputs: Sequence[Any], options: Options) -> dict[int, TensorLayout]:
-    """id(TensorView) -> inferred layout, for every tensor a segment hands to a later segment or returns."""
+def infer_layouts(segmented: SegmentedFusion, flat_inputs: Sequence[Any], options: Options,
+                  device_type: str = "cuda") -> dict[int, TensorLayout]:
+    """id(TensorView) -> inferred layout, for every tensor a segment hands to a later segment or returns.
+    ``device_type``: where the fusion will run (elementwise ops are laid out as ATen's kernels there do)."""
     fusion = segmented.fusion
     env: Env = bind_inputs(fusion, [to_meta(x) for x in flat_inputs], device="meta")
     # Fusion inputs have their real layouts; every later boundary gets an inferred one.
@@ -41,7 +45,7 @@ def infer_layouts(segmented: SegmentedFusion, flat_inputs: Sequence[Any], option
         for v, x in zip(fusion.inputs, flat_inputs)
         if isinstance(v, TensorView) and isinstance(x, torch.Tensor)
     }
-    with torch.no_grad():
+    with torch.no_grad(), IteratorStridesMode(device_type):
         for seg in segmented.segments:
             run_exprs(seg.exprs, env)
             STATS["segments_inferred"] += 1
