@@ -1,85 +1,47 @@
-"""nvFuser's multi-device names (``multidevice``, ``ParallelType``, ``execute_with_dtensors``).
-
-Clients import them unconditionally (Lightning Thunder's nvFuser executor does), so they exist. Multi-device
-execution itself is not supported by pyfuser yet: a DTensor input raises ``UnsupportedOpError`` saying so,
-instead of being silently run on its local shard.
+"""nvFuser's multi-device names: ``multidevice`` (``DeviceMesh``, ``ParallelType``, ``shard_tensor``),
+``ParallelType`` and ``execute_with_dtensors``. The work is done by pyfuser.distributed (docs/multidevice.md).
 """
 
 from __future__ import annotations
 
-import enum
-from typing import Iterable, Sequence
+from typing import Iterable
 
-from .errors import UnsupportedOpError
-
-_NOT_YET = "multi-device execution (DTensor inputs, device meshes, sharding) is not supported by pyfuser yet"
-
-
-class ParallelType(enum.Enum):
-    """nvFuser's parallel types. pyfuser schedules kernels itself: they only name axes in nvFuser's API."""
-
-    mesh_x = "mesh_x"
-    mesh_y = "mesh_y"
-    mesh_z = "mesh_z"
-    stream = "stream"
-    grid_x = "grid_x"
-    grid_y = "grid_y"
-    grid_z = "grid_z"
-    block_x = "block_x"
-    block_y = "block_y"
-    block_z = "block_z"
-    vectorize = "vectorize"
-    unroll = "unroll"
-    serial = "serial"
-
-
-class DeviceMesh:
-    """A device mesh description (nvFuser's ``multidevice.DeviceMesh``). It can be built and inspected; using it
-    to shard a fusion raises, since pyfuser runs fusions on one device."""
-
-    def __init__(self, devices: Sequence = ()):
-        self.devices = _nested_list(devices)
-
-    @property
-    def shape(self) -> tuple:
-        shape, level = [], self.devices
-        while isinstance(level, list):
-            shape.append(len(level))
-            level = level[0] if level else None
-        return tuple(shape)
-
-    @property
-    def size(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
-
-    def __repr__(self) -> str:
-        return f"DeviceMesh({self.devices})"
-
-
-def _nested_list(x):
-    if hasattr(x, "tolist"):
-        x = x.tolist()
-    if isinstance(x, (list, tuple)):
-        return [_nested_list(e) for e in x]
-    return int(x)
+from .distributed import DeviceMesh, ParallelType, executor_for, fusion_mesh
+from .distributed.sharding import annotations
+from .errors import InputValidationError, UnsupportedOpError
 
 
 class _Unsupported:
-    """Multi-device classes nvFuser has that pyfuser does not: constructing one raises our error."""
+    """Multi-device classes nvFuser has that pyfuser does not: constructing or using one raises our error."""
 
     def __init__(self, name: str):
         self._name = name
 
     def __call__(self, *args, **kwargs):
-        raise UnsupportedOpError(f"multidevice.{self._name}: {_NOT_YET}")
+        raise UnsupportedOpError(f"multidevice.{self._name} is not supported by pyfuser (it runs fusions on "
+                                 f"torch.distributed process groups: see execute_with_dtensors)")
 
     def __getattr__(self, attr):
         if attr.startswith("__"):
             raise AttributeError(attr)
-        raise UnsupportedOpError(f"multidevice.{self._name}.{attr}: {_NOT_YET}")
+        raise UnsupportedOpError(f"multidevice.{self._name}.{attr} is not supported by pyfuser")
+
+
+def shard_tensor(tensor, tv):
+    """This rank's block of ``tensor`` as ``tv`` is sharded (the whole tensor if ``tv`` is replicated)."""
+    import torch.distributed as dist
+
+    state = annotations(tv)
+    dim = state.device_dim()
+    if dim is None:
+        return tensor
+    if state.mesh is None:
+        raise UnsupportedOpError(f"multidevice.shard_tensor: {tv.name} has a mesh_x axis but no device mesh")
+    return state.mesh.shard_tensor(tensor, dim) if dist.is_initialized() else _not_initialized()
+
+
+def _not_initialized():
+    raise UnsupportedOpError("multidevice.shard_tensor: torch.distributed is not initialized")
 
 
 class _MultideviceNamespace:
@@ -87,6 +49,7 @@ class _MultideviceNamespace:
 
     DeviceMesh = DeviceMesh
     ParallelType = ParallelType
+    shard_tensor = staticmethod(shard_tensor)
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
@@ -97,21 +60,58 @@ class _MultideviceNamespace:
 multidevice = _MultideviceNamespace()
 
 
-def _is_dtensor(x) -> bool:
+def _dtensor_type():
     try:
         from torch.distributed.tensor import DTensor
     except Exception:  # noqa: BLE001 -- torch built without distributed support: nothing is a DTensor
-        return False
-    return isinstance(x, DTensor)
+        return None
+    return DTensor
 
 
 def execute_with_dtensors(fd, in_dtensors: Iterable) -> list:
-    """nvFuser runs a sharded fusion on DTensors. pyfuser cannot yet: any DTensor argument raises
-    ``UnsupportedOpError``; plain tensors and scalars run through ``fd.execute``."""
+    """Run ``fd`` on DTensors: each rank passes its local blocks, the fusion runs on the DTensors' 1-D mesh and
+    process group, and the outputs come back as DTensors placed as the definition implies (Shard(d) or
+    Replicate()). Input placements come from the DTensors; where the definition also places an input they must
+    agree. Plain tensors are replicated values. Without DTensors and device meshes this is ``fd.execute``."""
+    from torch.distributed.tensor import Replicate, Shard
+
     args = list(in_dtensors)
-    for i, x in enumerate(args):
-        if _is_dtensor(x):
-            raise UnsupportedOpError(
-                f"execute_with_dtensors: input {i} is a DTensor, but {_NOT_YET}; pass its full tensor "
-                f"(dtensor.full_tensor()) to fd.execute instead")
-    return fd.execute(args)
+    DTensor = _dtensor_type()
+    dts = [(i, a) for i, a in enumerate(args) if DTensor is not None and isinstance(a, DTensor)]
+    if not dts:
+        if fusion_mesh(fd.fusion) is None:
+            return fd.execute(args)
+        raise InputValidationError("execute_with_dtensors: the fusion has device meshes but no input is a DTensor; "
+                                   "call fd.execute with the local tensors instead")
+    torch_mesh = dts[0][1].device_mesh
+    for i, a in dts:
+        if a.device_mesh.ndim != 1:
+            raise UnsupportedOpError(f"execute_with_dtensors: input {i} is on a {a.device_mesh.ndim}-D device mesh; "
+                                     f"pyfuser runs 1-D meshes only")
+        if a.device_mesh != torch_mesh:
+            raise UnsupportedOpError(f"execute_with_dtensors: input {i} is on {a.device_mesh}, input {dts[0][0]} on "
+                                     f"{torch_mesh}; all DTensors must share one mesh")
+    mesh = DeviceMesh(torch_mesh.mesh)
+    declared_mesh = fusion_mesh(fd.fusion)
+    if declared_mesh is not None and declared_mesh != mesh:
+        raise InputValidationError(f"execute_with_dtensors: the definition's mesh is {declared_mesh}, the DTensors' "
+                                   f"{mesh}")
+    placements, local = [], []
+    for i, a in enumerate(args):
+        if DTensor is not None and isinstance(a, DTensor):
+            (pl,) = a.placements
+            if pl.is_shard():
+                placements.append(pl.dim % a.dim() if a.dim() else pl.dim)
+            elif pl.is_replicate():
+                placements.append(None)
+            else:
+                raise UnsupportedOpError(f"execute_with_dtensors: input {i} has placement {pl}; only Shard and "
+                                         f"Replicate are supported")
+            local.append(a.to_local())
+        else:
+            placements.append(None)
+            local.append(a)
+    ex = executor_for(fd.fusion, mesh, placements)
+    outs = ex.run(local, torch_mesh.get_group())
+    return [DTensor.from_local(o, torch_mesh, [Replicate() if p is None else Shard(p)], run_check=False)
+            for o, p in zip(outs, ex.output_placements())]

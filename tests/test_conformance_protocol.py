@@ -432,9 +432,12 @@ def test_scheduling_api_raises_unsupported_op_error():
     t = fd.fusion.inputs[0]
     with pytest.raises(UnsupportedOpError, match="fd.sched.split"):
         fd.sched.split(t, 0, 4)
-    for name in ("split", "merge", "parallelize", "cache_after", "axis"):
+    for name in ("merge", "parallelize", "cache_after"):
         with pytest.raises(UnsupportedOpError, match=f"TensorView.{name}"):
             getattr(t, name)(0)
+    # split/axis are the sharding API (tests/test_multidevice.py): thread parallel types stay unsupported.
+    with pytest.raises(UnsupportedOpError, match="parallelize.block_x.*no manual scheduling"):
+        t.axis(0).parallelize(pyfuser.ParallelType.block_x)
     with pytest.raises(UnsupportedOpError, match="FusionDefinition.schedule"):
         fd.schedule()
     fec = LRUCache(2).cache_compile(fd.fusion)
@@ -467,7 +470,7 @@ def test_register_as_nvfuser_direct(monkeypatch):
     assert pyfuser.register_as_nvfuser_direct() is pyfuser  # idempotent
 
 
-def test_execute_with_dtensors_runs_plain_tensors_and_refuses_dtensors():
+def test_execute_with_dtensors_runs_plain_tensors_and_dtensors():
     a, b = make((2, 3)), make((2, 3))
     fd = defined(lambda fd: fd.add_output(fd.ops.add(fd.from_pytorch(a), fd.from_pytorch(b))))
     torch.testing.assert_close(pyfuser.execute_with_dtensors(fd, [a, b])[0], a + b)
@@ -484,8 +487,9 @@ def test_execute_with_dtensors_runs_plain_tensors_and_refuses_dtensors():
     try:
         mesh = init_device_mesh("cpu", (1,))
         da = DTensor.from_local(a, mesh, [Replicate()])
-        with pytest.raises(UnsupportedOpError, match="input 0 is a DTensor.*multi-device execution"):
-            pyfuser.execute_with_dtensors(fd, [da, b])
+        (out,) = pyfuser.execute_with_dtensors(fd, [da, b])  # multi-device runs: tests/test_multidevice.py
+        assert isinstance(out, DTensor) and out.placements == (Replicate(),)
+        torch.testing.assert_close(out.to_local(), a + b)
     finally:
         dist.destroy_process_group()
 

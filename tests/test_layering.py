@@ -25,6 +25,7 @@ LAYERS = [
     {"kernels"},
     {"runtime"},
     {"frontend"},
+    {"distributed"},  # multi-device fusions: local stages through the frontend, collectives on torch.distributed
     {"__init__", "__main__", "demo", "pytorch_utils", "multidevice", "nvfuser_names"},
 ]
 NO_TRITON = {"errors", "ir", "nvfp4", "ops", "segment"}

@@ -25,6 +25,9 @@ from .tensor_descriptor import alloc_order_from_stride_order, compute_tensor_des
 
 _NO_DTYPE = object()
 
+# Runs a fusion whose tensors have device meshes: set by pyfuser.distributed (a higher layer) when it is imported.
+SHARDED_EXECUTE = None
+
 
 class FusionDefinition:
     """Define a fusion in a ``with`` block, then ``execute`` it.
@@ -331,6 +334,9 @@ class FusionDefinition:
         ``save_repro_inputs=True`` keeps fake copies of the inputs for :meth:`last_repro_script`. ``device``:
         None, an int (CUDA index), a string or a torch.device."""
         del profile  # accepted for compatibility: use PythonProfiler to profile
+        fusion = self.__dict__.get("_fusion")
+        if fusion is not None and fusion.__dict__.get("has_device_mesh") and SHARDED_EXECUTE is not None:
+            return SHARDED_EXECUTE(self, inputs)  # local shards in and out (docs/multidevice.md)
         fec = self._get_executor()
         if save_repro_inputs:
             self.fake_inputs = fake_copies(inputs)

@@ -11,10 +11,12 @@ from __future__ import annotations
 from ..errors import UnsupportedOpError
 from ..ir.nodes import Scalar, TensorView, Val, Vector
 
+# split, axis, get_loop_domain, set_allocation_domain and set_device_mesh are the sharding API: pyfuser.distributed
+# attaches them (docs/multidevice.md).
 SCHEDULING_METHODS = (
-    "split", "merge", "reorder", "parallelize", "cache_after", "cache_before", "cache_fork", "set_memory_type",
-    "rfactor", "axis", "get_loop_domain", "get_logical_domain", "get_root_domain", "get_allocation_domain",
-    "set_allocation_domain", "set_loop_domain", "swizzle", "inline_at", "compute_at", "set_device_mesh",
+    "merge", "reorder", "parallelize", "cache_after", "cache_before", "cache_fork", "set_memory_type",
+    "rfactor", "get_logical_domain", "get_root_domain", "get_allocation_domain",
+    "set_loop_domain", "swizzle", "inline_at", "compute_at",
     "has_root", "vectorize", "unroll", "split_reduction",
 )
 
