@@ -17,6 +17,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from ..errors import FusionExecutionError
 from ..ir.fusion import Fusion
 from ..segment.segmenter import SegmentedFusion, segment_fusion
 from .device_errors import DeviceErrorSink
@@ -48,6 +49,19 @@ def input_signature(flat: Sequence[Any]) -> tuple:
         else:
             sig.append(type(x))
     return tuple(sig)
+
+
+_MATMUL_OPS = ("matmul", "linear")
+
+
+def _refuse_matmul(fusion: Fusion) -> None:
+    """matmul_expr_eval disabled: matmul and linear have no segment kind left (pyfuser has no matmul kernel)."""
+    for e in fusion.exprs:
+        if e.op.name in _MATMUL_OPS:
+            raise FusionExecutionError(
+                f"Can not find a scheduler to schedule fusion segment: fd.ops.{e.op.name} ({e.outputs[0].name}) "
+                f"runs only through ATen in pyfuser (it has no generated matmul kernel), and matmul_expr_eval is "
+                f"disabled")
 
 
 class FusionExecutorCache:
@@ -94,6 +108,8 @@ class FusionExecutorCache:
             if runtime is not None:
                 return runtime
             self._binder.validate(flat, device)  # raises before anything is cached
+            if not options.matmul_expr_eval:
+                _refuse_matmul(self.fusion)
             start = time.perf_counter()
             if self._segmented is None:
                 self._segmented = segment_fusion(self.fusion)

@@ -14,6 +14,8 @@ from ..ops import run_context
 DISABLE_OPTIONS = {
     "infer_contiguity": "meta-device inference of ExprEval segment output layouts (off: assume contiguous)",
     "kernel_codegen": "generated Triton kernels for kernel segments (off: every segment runs on ATen)",
+    "matmul_expr_eval": "ATen evaluation of matmul and linear (off: a fusion containing them cannot be scheduled, "
+    "as pyfuser has no generated matmul kernel; nvFuser would try its own matmul scheduler)",
     "offset_checks": "checks of group offsets' values (NVFP4 ops, grouped_mm), made on the device by default "
     "(off: the offsets are trusted, as upstream does; kernels still never write outside their buffers)",
 }
@@ -38,7 +40,7 @@ UPSTREAM_ENABLE_OPTIONS = frozenset((
 ))
 UPSTREAM_DISABLE_OPTIONS = frozenset((
     "compile_to_sass", "contig_indexing", "expr_simplify", "fallback", "fma", "greedy_scheduler", "index_hoist",
-    "magic_zero", "matmul_expr_eval", "nvrtc_caching", "nvtx", "parallel_compile", "predicate_elimination",
+    "magic_zero", "nvrtc_caching", "nvtx", "parallel_compile", "predicate_elimination",
     "python_inline_definitions", "kernel_reuse", "var_name_remapping", "welford_vectorization", "resize_scheduler",
     "multidevice",
 ))
@@ -49,6 +51,7 @@ class Options:
     infer_contiguity: bool = True
     kernel_codegen: bool = True
     offset_checks: bool = True
+    matmul_expr_eval: bool = True
     check_layouts: bool = False
     cuda_graph: bool = False
     cuda_graph_reuse_outputs: bool = False
@@ -99,6 +102,7 @@ def _parse(enable: tuple, disable: tuple, env: tuple) -> Options:
         infer_contiguity="infer_contiguity" not in disable,
         kernel_codegen="kernel_codegen" not in disable,
         offset_checks="offset_checks" not in disable,
+        matmul_expr_eval="matmul_expr_eval" not in disable,
         check_layouts="check_layouts" in enable,
         cuda_graph="cuda_graph" in enable,
         cuda_graph_reuse_outputs="cuda_graph_reuse_outputs" in enable,
