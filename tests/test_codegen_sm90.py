@@ -26,7 +26,28 @@ def corpus():
         ("layernorm var_mean", _layernorm, [make((5, 33), bf)]),
         ("outer reduction", _outer_sum, [make((9, 7))]),
         ("max min prod", _mmp, [make((4, 9))]),
+        ("slice + add + mul", _slice_add_mul, [make((8, 12), bf), make((6, 10), bf)]),
+        ("pad summed in a looped kernel", _pad_sum, [make((3, 5000))]),
+        ("cat along columns", _cat, [make((4, 3), bf), make((4, 5), bf)]),
     ]
+
+
+def _slice_add_mul(fd):
+    x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("BFloat16"))
+    y = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("BFloat16"))
+    s = fd.ops.slice(x, [1, 2], [7, 12])
+    fd.add_output(fd.ops.cast(fd.ops.mul(fd.ops.add(s, y), y), _dt("BFloat16")))
+
+
+def _pad_sum(fd):
+    x = fd.define_tensor([-1, -1], contiguity=[True, True])
+    fd.add_output(fd.ops.sum(fd.ops.pad(x, [2, 3], 1.0), dims=[1]))
+
+
+def _cat(fd):
+    a = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("BFloat16"))
+    b = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("BFloat16"))
+    fd.add_output(fd.ops.cat([a, b], 1))
 
 
 def _pointwise(fd):

@@ -137,6 +137,15 @@ class TensorParam:
     row_terms: list = field(default_factory=list)
     col_terms: list = field(default_factory=list)
     is_output: bool = False
+    # A view read by a memory-read op (slice, pad, cat, ...; codegen/memory_views.py): the arg holding the
+    # element offset of its coordinate 0 (None: 0), and the stride args of its gathered dims, each multiplied by
+    # an index value the load receives as an operand.
+    base: Optional[str] = None
+    gathers: list = field(default_factory=list)
+
+    def arg_names(self) -> list[str]:
+        """This tensor's int arguments, in signature order."""
+        return [s for _, s, _ in self.row_terms + self.col_terms] + ([self.base] if self.base else []) + self.gathers
 
     @property
     def has_col(self) -> bool:
@@ -152,6 +161,11 @@ class KernelBuilder:
         self.nodes: list[KValue] = []
         self.stores: list[tuple[TensorParam, KValue]] = []
         self.scalar_args: list[str] = []
+        self.fixed_ints: list[tuple[str, int]] = []  # (arg name, value), see fixed_int
+        # Set by the planner: id(memory-read expr) -> its Access (codegen/memory_views.py), and
+        # coordinate_of(tv, dim) -> the KValue of that dim's coordinate.
+        self.access: dict = {}
+        self.coordinate_of = None
 
     # --- node constructors ------------------------------------------------------------------------------
     def _add(self, v: KValue) -> KValue:
@@ -159,8 +173,27 @@ class KernelBuilder:
         self.nodes.append(v)
         return v
 
-    def load(self, param: TensorParam) -> KValue:
-        return self._add(KValue("load", param.dtype, full=param.has_col, param=param))
+    def load(self, param: TensorParam, mask: Optional[KValue] = None, indices: tuple = ()) -> KValue:
+        """A load of ``param`` at the tile's coordinates; ``indices`` (one per ``param.gathers``) add
+        index * stride to the address, and ``mask`` (bool) limits it further: masked-off lanes read 0."""
+        if len(indices) != len(param.gathers):
+            raise ValueError(f"internal error: {param.name} gathers {len(param.gathers)} dims, got {len(indices)}")
+        ops = tuple(indices) + ((mask,) if mask is not None else ())
+        full = param.has_col or any(o.full for o in ops)
+        level = max((o.level for o in ops), default=0)
+        return self._add(KValue("load", param.dtype, ops, full=full, level=level, param=param,
+                                template="mask" if mask is not None else ""))
+
+    def coordinate(self, name: str, full: bool, dtype: torch.dtype) -> KValue:
+        """The kernel's coordinate variable ``name`` (a loop dim of its own run: see plan.py)."""
+        return self._add(KValue("op", dtype, (), name, full, 0))
+
+    def fixed_int(self, value: int) -> KValue:
+        """An int known when the kernel is planned (an extent, a bound), passed as a launch argument so the
+        source does not change with it."""
+        name = f"x{len(self.fixed_ints)}"
+        self.fixed_ints.append((name, int(value)))
+        return self._add(KValue("const", torch.int64 if abs(int(value)) > 2**31 - 1 else torch.int32, template=name))
 
     def arg(self, name: str, dtype: torch.dtype) -> KValue:
         """A scalar kernel argument, typed here: the interpreter passes Python floats unwrapped, and a
@@ -300,12 +333,18 @@ class Emitter:
         if v.kind == "load":
             p = v.param
             zero = "0.0" if p.dtype.is_floating_point else "0"  # Triton casts no int to fp8
-            if p.has_col and not p.has_row:  # e.g. a bias: one [1, BLOCK_C] row, broadcast over the tile
-                self.w(f"{v.var} = tl.load({p.name}_ptr + {p.name}_coff, mask=cmask, other={zero})")
+            extra = "".join(f" + {_expr(i)}.to(tl.int64) * {g}" for i, g in zip(v.operands, p.gathers))
+            if p.base:
+                extra += f" + {p.base}"
+            if p.has_col and not p.has_row and not v.operands:  # e.g. a bias: one [1, BLOCK_C] row
+                addr, mask = f"{p.name}_coff", "cmask"
             elif p.has_col:
-                self.w(f"{v.var} = tl.load({p.name}_ptr + {p.name}_roff + {p.name}_coff, mask={col_mask}, other={zero})")
+                addr, mask = f"{p.name}_roff + {p.name}_coff", col_mask
             else:
-                self.w(f"{v.var} = tl.load({p.name}_ptr + {p.name}_roff, mask=rmask, other={zero})")
+                addr, mask = f"{p.name}_roff", col_mask if v.full else "rmask"
+            if v.template == "mask":
+                mask = f"({mask}) & {_expr(v.operands[-1])}"
+            self.w(f"{v.var} = tl.load({p.name}_ptr + {addr}{extra}, mask={mask}, other={zero})")
         elif v.kind == "op":
             self.w(f"{v.var} = {v.template.format(*[_expr(o) for o in v.operands])}")
         elif v.kind == "reduce":
@@ -342,7 +381,8 @@ class Emitter:
         args = [f"{p.name}_ptr" for p in self.params] + list(kb.scalar_args)
         args += [f"rs{i}" for i in range(self.n_row_dims)] + [f"cs{i}" for i in range(self.n_col_dims)]
         for p in self.params:
-            args += [stride for _, stride, _ in p.row_terms + p.col_terms]
+            args += p.arg_names()
+        args += [name for name, _ in kb.fixed_ints]
         n_cols_arg = "n_cols" if self.n_cols_factor == 1 else "n_cols_q"
         args += ["n_rows", n_cols_arg, "BLOCK_R: tl.constexpr", "BLOCK_C: tl.constexpr"]
         self.lines = ["@triton.jit", f"def {name}({', '.join(args)}):"]

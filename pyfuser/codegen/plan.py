@@ -22,7 +22,7 @@ from ..ir.dtypes import to_torch_dtype
 from ..ir.nodes import Scalar, TensorView, Vector
 from ..ops.registry import OpKind
 from .kernel_builder import KernelBuilder, TensorParam, kernel_source
-from ..segment.loop_domain import LoopDomain, NotFusable, build_loop_domain
+from ..segment.loop_domain import LoopDomain, NotFusable, build_loop_domain, memory_operands
 
 _SIG_DTYPE = {
     torch.float32: "fp32", torch.float64: "fp64", torch.float16: "fp16", torch.bfloat16: "bf16",
@@ -77,13 +77,12 @@ def _dims_strides(tv: TensorView, meta: TensorMeta, dom: LoopDomain) -> dict:
     return result
 
 
-def _loop_sizes(dom: LoopDomain, metas: dict, tensors: list) -> dict:
+def _loop_sizes(dom: LoopDomain, tensors: list) -> dict:
     """Extent of each loop dim, from the tensors the kernel reads or writes (the dims they really walk); a
     reduced dim no tensor walks (a dim broadcast_in_dim expands inside the kernel) takes its static extent from
     the IR. Disagreeing extents, or an unknown reduced extent, send the segment to ATen."""
     sizes: dict = {}
-    for tv in tensors:
-        meta = metas[id(tv)]
+    for tv, meta in tensors:
         for d, ld in enumerate(dom.dims_of[id(tv)]):
             n = int(meta.sizes[d])
             if n == 1 or meta.strides[d] == 0:
@@ -101,11 +100,15 @@ def _loop_sizes(dom: LoopDomain, metas: dict, tensors: list) -> dict:
     return sizes
 
 
-def _merge(group: list, sizes: dict, walks: list[dict]) -> list[list]:
-    """Split ``group`` (outer to inner) into runs of loop dims every tensor can walk as one flat dim."""
+def _merge(group: list, sizes: dict, walks: list[dict], pinned=frozenset()) -> list[list]:
+    """Split ``group`` (outer to inner) into runs of loop dims every tensor can walk as one flat dim. ``pinned``
+    loop dims stay runs of their own."""
     runs: list[list] = []
     for ld in group:  # ``ld`` is inner to every dim already placed
         if sizes.get(ld, 1) == 1:
+            continue
+        if ld in pinned or (runs and runs[-1][-1] in pinned):
+            runs.append([ld])
             continue
         if runs:
             outer = runs[-1][-1]
@@ -149,25 +152,37 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
 
         order = allocation_order_from_strides(ref_meta.sizes, ref_meta.strides)
     dom = build_loop_domain(kernel_exprs, reference, order)
-    memory = inputs + outputs
-    if any(_numel(metas[id(tv)].sizes) == 0 for tv in memory):
+    # Memory reads (slice, pad, cat, ...): their operands are read through views; an input read only that way
+    # is no tensor of the loop domain.
+    accesses = {id(e): e.op.lower.plan_access(e, metas) for e in kernel_exprs
+                if getattr(e.op.lower, "plan_access", None) is not None}
+    views = [v for a in accesses.values() for v in a.views]
+    through_views = {id(v) for e in kernel_exprs for v in memory_operands(e)}
+    inputs_read = [v for v in inputs if id(v) in dom.tensors or id(v) not in through_views]
+    # (tensor whose loop dims index it, its layout) for every tensor argument: inputs, views, outputs.
+    memory = ([(tv, metas[id(tv)]) for tv in inputs_read]
+              + [(v.target, TensorMeta(v.sizes, v.strides, metas[id(v.source)].dtype)) for v in views]
+              + [(tv, metas[id(tv)]) for tv in outputs])
+    if any(_numel(meta.sizes) == 0 for _, meta in memory) or any(_numel(metas[id(v.source)].sizes) == 0 for v in views):
         # Nothing to compute (or, for reductions over an empty dim, eager's own semantics): leave it to ATen.
         raise NotFusable("a tensor of the segment is empty")
-    for tv in memory:
+    for tv, _ in memory:
         if any(ld is None for ld in dom.dims_of.get(id(tv), [])):
             raise NotFusable(f"{tv.name} is not in the loop domain")
         if id(tv) not in dom.dims_of:
             dom.dims_of[id(tv)] = []
-    sizes = _loop_sizes(dom, metas, memory)
-    walks = [_dims_strides(tv, metas[id(tv)], dom) for tv in memory]
+    sizes = _loop_sizes(dom, memory)
+    walks = [_dims_strides(tv, meta, dom) for tv, meta in memory]
+    # Dims whose coordinate a lowering reads get a run of their own (their coordinate is then one variable).
+    pinned = {dom.dims_of[id(tv)][d] for a in accesses.values() for tv, d in a.coords}
     if reduction is None:
         # Pointwise: merge across the row/column split too; the innermost run is the column dim, so a fully
         # contiguous kernel becomes one flat 1-D index.
-        runs = _merge(dom.row_dims + dom.col_dims, sizes, walks)
+        runs = _merge(dom.row_dims + dom.col_dims, sizes, walks, pinned)
         row_runs, col_runs = runs[:-1], runs[-1:]
     else:
-        row_runs = _merge(dom.row_dims, sizes, walks)
-        col_runs = _merge(dom.col_dims, sizes, walks)
+        row_runs = _merge(dom.row_dims, sizes, walks, pinned)
+        col_runs = _merge(dom.col_dims, sizes, walks, pinned)
     for w in walks:  # a tensor dim that walks a dropped (extent-1) loop dim is fine; anything else is a bug
         for ld in w:
             if sizes.get(ld, 1) != 1 and not any(ld in run for run in row_runs + col_runs):
@@ -175,12 +190,13 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
 
     params: list[TensorParam] = []
     fixed_sizes = [_prod(sizes[ld] for ld in run) for run in row_runs + col_runs]
-    factors = _coordinate_factors(memory, metas, walks, row_runs, col_runs)
+    factors = _coordinate_factors(memory, walks, row_runs, col_runs)
     stride_args: list[int] = []
     index64 = False
-    for k, (tv, w) in enumerate(zip(memory, walks)):
-        meta = metas[id(tv)]
-        p = TensorParam(f"t{k}", meta.dtype, is_output=k >= len(inputs))
+    n_in = len(inputs_read) + len(views)
+    for k, ((tv, meta), w) in enumerate(zip(memory, walks)):
+        p = TensorParam(f"t{k}", meta.dtype, is_output=k >= n_in)
+        view = views[k - len(inputs_read)] if len(inputs_read) <= k < n_in else None
         max_off = 0
         for axis, (terms, runs) in enumerate(((p.row_terms, row_runs), (p.col_terms, col_runs))):
             for i, run in enumerate(runs):
@@ -192,7 +208,18 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
                         factor = 1  # see _coordinate_factors: this coordinate's one constant is not ours
                     terms.append((i, f"{p.name}_s{len(stride_args)}", factor))
                     stride_args.append(stride // factor)
-                    max_off += stride * (_prod(sizes[ld] for ld in run) - 1)
+                    max_off += abs(stride) * (_prod(sizes[ld] for ld in run) - 1)
+        if view is not None:
+            view.param = p
+            src = metas[id(view.source)]
+            # Masked-off lanes may address outside the source: bound what any lane computes.
+            max_off += abs(view.base) + sum(abs(int(st)) * (int(n) - 1) for n, st in zip(src.sizes, src.strides))
+            if view.base:
+                p.base = f"{p.name}_b"
+                stride_args.append(view.base)
+            for j, st in enumerate(view.gathers):
+                p.gathers.append(f"{p.name}_g{j}")
+                stride_args.append(int(st))
         index64 |= max_off > INT32_MAX
         params.append(p)
     n_rows = _prod(fixed_sizes[: len(row_runs)])
@@ -200,7 +227,9 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
     index64 |= n_rows * max(n_cols, 1) > INT32_MAX
 
     kb = KernelBuilder()
-    scalar_vals = _lower(segment, kernel_exprs, kb, inputs, params, outputs, host_tensors)
+    kb.access = accesses
+    kb.coordinate_of = _coordinate_resolver(kb, dom, sizes, row_runs, col_runs, index64)
+    scalar_vals = _lower(segment, kernel_exprs, kb, inputs_read, params, outputs, host_tensors, views)
     if reduction is None:
         mode = "pointwise"
     elif n_cols <= TUNING["persistent_max_cols"]:
@@ -214,24 +243,57 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
     source = source_body.replace("def KERNEL(", f"def {name}(")
     n_blocks_r = -(-n_rows // block_r)
     grid = (n_blocks_r * -(-n_cols // block_c),) if mode == "pointwise" else (n_blocks_r,)
-    fixed = fixed_sizes + stride_args + [n_rows, n_cols // n_cols_factor]
+    fixed = fixed_sizes + stride_args + [v for _, v in kb.fixed_ints] + [n_rows, n_cols // n_cols_factor]
     arg_types = {f"{p.name}_ptr": "*" + _SIG_DTYPE[p.dtype] for p in params}
     for i, sv in enumerate(scalar_vals):
         arg_types[f"s{i}"] = "fp32" if _arg_dtype(sv).is_floating_point else "i64"
     fixed_names = [f"rs{i}" for i in range(len(row_runs))] + [f"cs{i}" for i in range(len(col_runs))]
-    fixed_names += [stride for p in params for _, stride, _ in p.row_terms + p.col_terms]
+    fixed_names += [name for p in params for name in p.arg_names()] + [name for name, _ in kb.fixed_ints]
     fixed_names += ["n_rows", "n_cols" if n_cols_factor == 1 else "n_cols_q"]
     for n, v in zip(fixed_names, fixed):
         arg_types[n] = "i32" if abs(v) <= INT32_MAX else "i64"
     arg_types.update(BLOCK_R="constexpr", BLOCK_C="constexpr")
-    return KernelPlan(name, source, mode, inputs, outputs, scalar_vals, fixed, block_r, block_c, grid, num_warps,
+    pointer_inputs = inputs_read + [v.source for v in views]
+    return KernelPlan(name, source, mode, pointer_inputs, outputs, scalar_vals, fixed, block_r, block_c, grid, num_warps,
                       n_rows, n_cols, arg_types)
 
 
-def _lower(segment, kernel_exprs, kb: KernelBuilder, inputs, params, outputs, host_tensors) -> list:
+def _coordinate_resolver(kb: KernelBuilder, dom: LoopDomain, sizes: dict, row_runs, col_runs, index64: bool):
+    """coordinate_of(tv, dim): the KValue of the coordinate of ``tv``'s dim in the kernel (its loop dim has a run
+    of its own; an extent-1 dim is always at 0)."""
+    dtype = torch.int64 if index64 else torch.int32
+    made: dict = {}
+
+    def coordinate_of(tv, d):
+        ld = dom.dims_of[id(tv)][d]
+        if sizes.get(ld, 1) == 1:
+            return kb.const(0, dtype)
+        if ld not in made:
+            for axis, runs, flat, prefix in ((0, row_runs, "r", "rc"), (1, col_runs, "c", "cc")):
+                for i, run in enumerate(runs):
+                    if ld in run:
+                        if run != [ld]:
+                            raise NotFusable("internal: a coordinate's loop dim was merged")
+                        name = flat if len(runs) == 1 else f"{prefix}{i}"
+                        made[ld] = kb.coordinate(name, axis == 1, dtype)
+            if ld not in made:
+                raise NotFusable("internal: loop dim of a coordinate missing from the plan")
+        return made[ld]
+
+    return coordinate_of
+
+
+class _ReadThroughView:
+    """Stands for an operand that its memory-read op reads through views (it has no value in the kernel)."""
+
+
+def _lower(segment, kernel_exprs, kb: KernelBuilder, inputs, params, outputs, host_tensors, views) -> list:
     """Lower every expr; returns the Vals passed by value (symbolic Scalars, 0-dim CPU tensors), in argument
     order."""
     values: dict[int, Any] = {}
+    for e in kernel_exprs:
+        for v in memory_operands(e):
+            values[id(v)] = _ReadThroughView()
     for tv, p in zip(inputs, params):
         values[id(tv)] = kb.load(p)
     scalar_vals = []
@@ -265,12 +327,12 @@ def _lower(segment, kernel_exprs, kb: KernelBuilder, inputs, params, outputs, ho
             result = (result,)
         for o, r in zip(e.outputs, result):
             values[id(o)] = r
-    for tv, p in zip(outputs, params[len(inputs):]):
+    for tv, p in zip(outputs, params[len(params) - len(outputs):]):
         kb.store(p, values[id(tv)])
     return scalar_vals
 
 
-def _coordinate_factors(memory, metas, walks, row_runs, col_runs) -> dict:
+def _coordinate_factors(memory, walks, row_runs, col_runs) -> dict:
     """(0 for rows / 1 for columns, run index) -> the one power-of-two constant strides along that coordinate may
     be written with in the source, as ``coord * (stride_arg * factor)``: the largest any tensor's stride allows.
     A tensor whose stride allows less is indexed with a plain ``coord * stride``.
@@ -282,8 +344,8 @@ def _coordinate_factors(memory, metas, walks, row_runs, col_runs) -> dict:
     (SASS read on the H200; out-of-bounds stores, fuzzer seeds 2538, 3225, 3562, 4785, 5522, 6886, 8128), while
     a constant next to plain products of the same coordinate compiles correctly (measured)."""
     factors = {}
-    for tv, w in zip(memory, walks):
-        itemsize = metas[id(tv)].dtype.itemsize
+    for (tv, meta), w in zip(memory, walks):
+        itemsize = meta.dtype.itemsize
         for axis, runs in enumerate((row_runs, col_runs)):
             for i, run in enumerate(runs):
                 if run[-1] in w:

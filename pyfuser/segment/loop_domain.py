@@ -4,6 +4,13 @@ Every tensor in a kernel segment is indexed by one shared set of loop dims. Each
 dims are the same loop dim as which input dims (``OpDef.loop_map``); a union-find over (tensor, dim) pairs turns
 those statements into loop dims. A broadcast dim joined with a real dim is read with stride 0 along it.
 
+Ops that read a tensor at other coordinates than their output's (slice, pad, cat, select, index_select, ...:
+*memory reads*) read it straight from global memory, at an offset and with masks the lowering computes. Their
+lowering says which operands it reads that way (``lower.memory_operands(node)``) and, where an operand such as an
+index tensor does share loop dims with the output, which (``lower.loop_map``). A memory-read operand takes no
+part in the loop domain, and it must come from outside the segment: a value computed in the kernel exists only
+at the kernel's own coordinates.
+
 Reduction exprs name the loop dims they reduce. A segment is one kernel only if all its reductions reduce the
 same loop dims; those become the kernel's "column" dims, the rest its "row" dims (pointwise segments take the
 innermost dim of their reference output as the column dim, for a 2-D tile).
@@ -55,6 +62,19 @@ def positional_loop_map(node: Expr) -> list[tuple[tuple[TensorView, int], tuple[
     return pairs
 
 
+def memory_operands(node: Expr) -> list:
+    """The tensors ``node`` reads from global memory at remapped coordinates (empty for ordinary ops)."""
+    fn = getattr(node.op.lower, "memory_operands", None)
+    return list(fn(node)) if fn is not None else []
+
+
+def lowering_refusal(node: Expr):
+    """Why ``node``'s lowering cannot take this particular call (e.g. slice bounds known only at run time), or
+    None. The segmenter runs such a call on ATen instead of planning a kernel that would fall back whole."""
+    fn = getattr(node.op.lower, "refusal", None)
+    return fn(node) if fn is not None else None
+
+
 class NotFusable(UnsupportedOpError):
     """The segment cannot become one generated kernel (the runtime falls back to ATen for it)."""
 
@@ -101,17 +121,28 @@ def build_loop_domain(
     given, else logical order); dims it lacks go last among their group."""
     uf = _UnionFind()
     tensors: dict[int, TensorView] = {}
+    made_here = {id(o) for e in exprs for o in e.outputs}
     for e in exprs:
         lower = e.op.lower
         if lower is None:
             raise NotFusable(f"fd.ops.{e.op.name} has no Triton lowering")
+        refusal = lowering_refusal(e)
+        if refusal is not None:
+            raise NotFusable(refusal)
+        from_memory = {id(v) for v in memory_operands(e)}
+        for v in memory_operands(e):
+            if id(v) in made_here:
+                raise NotFusable(f"fd.ops.{e.op.name} reads {v.name} at other coordinates than its own, and "
+                                 f"{v.name} is computed in the same kernel")
         for v in list(e.inputs) + list(e.outputs):
-            if isinstance(v, TensorView):
+            if isinstance(v, TensorView) and id(v) not in from_memory:
                 tensors[id(v)] = v
                 for d in range(v.ndim):
                     uf.find((id(v), d))
-        loop_map = e.op.loop_map or positional_loop_map
+        loop_map = getattr(lower, "loop_map", None) or e.op.loop_map or positional_loop_map
         for (o, od), (i, idim) in loop_map(e):
+            if id(i) in from_memory:
+                continue
             # A size-1 broadcast dim never joins another dim: joining it would make one loop dim of the different
             # extents it is broadcast against. (An expanded dim has a real extent, and eager materializes it in
             # any result it flows into, so it joins like any dim.)

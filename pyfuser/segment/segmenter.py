@@ -21,7 +21,7 @@ from ..ir.fusion import Fusion
 from ..ir.nodes import Expr, Scalar, TensorView, Val, Vector
 from ..ir.packing import is_packed_fp4
 from ..ops.registry import OpKind
-from .loop_domain import NotFusable, build_loop_domain
+from .loop_domain import NotFusable, build_loop_domain, lowering_refusal
 
 
 class SchedulerKind(enum.Enum):
@@ -83,7 +83,8 @@ def classify(fusion: Fusion) -> dict[int, str]:
             kind[id(e)] = None
         elif e.op.kind is OpKind.OWN_KERNEL:
             kind[id(e)] = _OWN_KERNEL
-        elif e.op.kind is OpKind.ATEN or e.op.lower is None or _touches_packed_fp4(e):
+        elif (e.op.kind is OpKind.ATEN or e.op.lower is None or _touches_packed_fp4(e)
+              or lowering_refusal(e) is not None):
             kind[id(e)] = _EXPR_EVAL
         elif e.op.kind is OpKind.VIEW:
             consumers = [c for o in e.outputs for c in uses.get(id(o), [])]

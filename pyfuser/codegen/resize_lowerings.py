@@ -1,0 +1,181 @@
+"""Triton lowerings of slice, pad and cat: reads of a segment input at shifted coordinates (memory_views.py).
+
+- slice: the input's strides from the first element kept; bounds are normalized against the actual extents
+  exactly as the ATen evaluator does, so a bound out of range clamps the same way;
+- pad: the input shifted by the left widths (negative widths crop), loaded only inside the input's extent, the
+  pad value (cast to the tensor's dtype, as ``F.pad`` does) elsewhere;
+- cat: each input shifted to its offset along the cat dim and loaded only there; the coordinate selects which.
+
+Only bounds and widths known when the fusion is defined are lowered; others (symbolic scalars) run on ATen.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..ir.dtypes import is_complex
+from ..ops.registry import attach
+from ..segment.loop_domain import NotFusable
+from .lowering import _operand, out_dtype
+from .memory_views import (
+    Access,
+    MemoryReadLowering,
+    View,
+    and_masks,
+    bounds_mask,
+    require_gpu_tensor,
+    static_int,
+    view_strides,
+)
+
+
+def _first_operand(node):
+    return [node.args[0]]
+
+
+def _complex_refusal(node):
+    dt = node.outputs[0].dtype
+    return f"fd.ops.{node.op.name} on complex values has no Triton lowering" if is_complex(dt) else None
+
+
+# --- slice -------------------------------------------------------------------------------------------------
+
+
+def _slice_refusal(node):
+    bounds = list(node.kwargs["start_indices"]) + list(node.kwargs["end_indices"])
+    if any(static_int(b) is None for b in bounds):
+        return "fd.ops.slice with bounds known only at run time runs on ATen"
+    return _complex_refusal(node)
+
+
+def _slice_bounds(node, sizes) -> list[tuple[int, int]]:
+    """(start, end) per dim, normalized as the ATen evaluator normalizes them."""
+    from ..ops.shape import _normalize_end, _normalize_start
+
+    out = []
+    for d, (s, e) in enumerate(zip(node.kwargs["start_indices"], node.kwargs["end_indices"])):
+        s, e, n = static_int(s), static_int(e), int(sizes[d])
+        if node.kwargs.get("manual_normalization", False):
+            if not 0 <= s <= e <= n:  # ATen raises the op's own error for it
+                raise NotFusable(f"fd.ops.slice bounds ({s}, {e}) outside dim {d} of extent {n}")
+        else:
+            s = _normalize_start(s, n)
+            e = _normalize_end(e, n, s)
+        out.append((s, e))
+    return out
+
+
+def _plan_slice(node, metas):
+    src, out = node.args[0], node.outputs[0]
+    require_gpu_tensor(node, src)
+    meta = metas[id(src)]
+    bounds = _slice_bounds(node, meta.sizes)
+    strides = view_strides(meta)
+    base = sum(s * st for (s, _), st in zip(bounds, meta.strides))
+    sizes = tuple(e - s for s, e in bounds)
+    return Access([View(src, out, sizes, strides, base)])
+
+
+def _emit_slice(node, kb, access, *args, **kwargs):
+    return kb.load(access.views[0].param)
+
+
+# --- pad ---------------------------------------------------------------------------------------------------
+
+
+def _pad_widths(node) -> list:
+    return [static_int(w) for w in node.args[1]]
+
+
+def _pad_refusal(node):
+    if any(w is None for w in _pad_widths(node)):
+        return "fd.ops.pad with widths known only at run time runs on ATen"
+    return _complex_refusal(node)
+
+
+def _padded_dims(node, ndim: int) -> dict:
+    """dim -> (left, right) for every dim the widths touch (pairs run from the last dim)."""
+    widths = _pad_widths(node)
+    dims = {}
+    for k in range(len(widths) // 2):
+        lo, hi = widths[2 * k], widths[2 * k + 1]
+        if lo or hi:
+            dims[ndim - 1 - k] = (lo, hi)
+    return dims
+
+
+def _plan_pad(node, metas):
+    src, out = node.args[0], node.outputs[0]
+    require_gpu_tensor(node, src)
+    meta = metas[id(src)]
+    strides = view_strides(meta)
+    padded = _padded_dims(node, src.ndim)
+    sizes = list(meta.sizes)
+    base = 0
+    for d, (lo, hi) in padded.items():
+        sizes[d] = int(meta.sizes[d]) + lo + hi
+        base -= lo * strides[d]
+    info = {d: (lo, lo + int(meta.sizes[d])) for d, (lo, _) in padded.items()}
+    return Access([View(src, out, tuple(sizes), strides, base)], [(out, d) for d in padded], info)
+
+
+def _emit_pad(node, kb, access, arg, pad_widths, value=None):
+    out = node.outputs[0]
+    dtype = out_dtype(node)
+    fill = _operand(kb, value if value is not None else (False if dtype == torch.bool else 0), dtype)
+    fill = kb.cast(fill, dtype)
+    masks = [bounds_mask(kb, kb.coordinate_of(out, d), lo, hi) for d, (lo, hi) in access.info.items()]
+    if not masks:  # widths of zero only: a copy
+        return kb.load(access.views[0].param)
+    inside = and_masks(kb, masks)
+    loaded = kb.load(access.views[0].param, mask=inside)
+    return kb.op("tl.where({0}, {1}, {2})", [inside, loaded, fill], dtype)
+
+
+# --- cat ---------------------------------------------------------------------------------------------------
+
+
+def _cat_operands(node):
+    return list(node.args[0])
+
+
+def _plan_cat(node, metas):
+    out, dim = node.outputs[0], node.kwargs["dim"]
+    out_sizes = None
+    views, ranges, offset = [], [], 0
+    for src in node.args[0]:
+        require_gpu_tensor(node, src)
+        meta = metas[id(src)]
+        n = int(meta.sizes[dim])
+        if out_sizes is None:
+            out_sizes = list(meta.sizes)
+        if n == 0:  # contributes nothing (and an empty tensor cannot be read)
+            continue
+        strides = view_strides(meta)
+        views.append(View(src, out, (), strides, -offset * strides[dim]))
+        ranges.append((offset, offset + n))
+        offset += n
+    if not views:
+        raise NotFusable("fd.ops.cat of inputs that are all empty along the cat dim")
+    out_sizes[dim] = offset
+    for v in views:
+        v.sizes = tuple(out_sizes)
+    return Access(views, [(out, dim)], {"ranges": ranges})
+
+
+def _emit_cat(node, kb, access, tensors, dim=0, manual_padding=False):
+    out = node.outputs[0]
+    coord = kb.coordinate_of(out, node.kwargs["dim"])
+    parts = []
+    for view, (lo, hi) in zip(access.views, access.info["ranges"]):
+        inside = bounds_mask(kb, coord, lo, hi)
+        parts.append((inside, kb.load(view.param, mask=inside)))
+    result = parts[-1][1]
+    for inside, loaded in reversed(parts[:-1]):
+        result = kb.op("tl.where({0}, {1}, {2})", [inside, loaded, result], out_dtype(node))
+    return result
+
+
+attach("slice", lower=MemoryReadLowering(_first_operand, _plan_slice, _emit_slice, _slice_refusal))
+attach("pad", lower=MemoryReadLowering(_first_operand, _plan_pad, _emit_pad, _pad_refusal))
+attach("cat", lower=MemoryReadLowering(_cat_operands, _plan_cat, _emit_cat, _complex_refusal))

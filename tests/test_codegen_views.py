@@ -1,0 +1,242 @@
+"""Memory-read ops in generated kernels (slice, pad, cat): one kernel segment with their consumers, values bit
+for bit against eager on special-valued, negative, non-contiguous, offset and negative-bit inputs, eager's
+shapes, dtypes and strides; a slice returned as a fusion output stays a view of its input."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from harness import DEVICE, check_fusion, define, make, sliced, transposed
+from pyfuser import DataType
+
+
+def specials(shape, dtype=torch.float32):
+    """Random values with NaN, +-inf, +-0 and negatives spread in."""
+    x = make(shape, dtype)
+    flat = x.view(-1) if x.is_contiguous() else None
+    if dtype.is_floating_point and flat is not None:
+        vals = torch.tensor([float("nan"), float("inf"), float("-inf"), 0.0, -0.0, -1.5], dtype=dtype)
+        k = min(flat.numel(), vals.numel())
+        idx = torch.randperm(flat.numel())[:k]
+        flat[idx] = vals[:k].to(flat.device)
+    return x
+
+
+def bits_equal(out, ref, nan_bits=True):
+    """Bitwise equality (the sign of zero included, and NaN payloads unless ``nan_bits`` is False: arithmetic
+    such as neg leaves a NaN's sign to the hardware), plus dtype, shape and strides."""
+    assert out.dtype == ref.dtype and out.shape == ref.shape, (out.dtype, ref.dtype, out.shape, ref.shape)
+    o = [s for s, n in zip(out.stride(), out.shape) if n != 1]
+    r = [s for s, n in zip(ref.stride(), ref.shape) if n != 1]
+    assert o == r, (out.stride(), ref.stride())
+    if out.dtype.is_floating_point:
+        if not nan_bits:
+            assert torch.equal(out.isnan(), ref.isnan())
+            out, ref = out.nan_to_num(0.0, posinf=float("inf"), neginf=float("-inf")), ref.nan_to_num(0.0, posinf=float("inf"), neginf=float("-inf"))
+        iview = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[out.element_size()]
+        assert torch.equal(out.contiguous().view(iview), ref.contiguous().view(iview))
+    else:
+        assert torch.equal(out, ref)
+
+
+def kernel_count(fd):
+    """How many segments ran; each must have been a generated kernel."""
+    reports = fd.last_execution()
+    assert all(r.runs_as == "triton" for r in reports), [str(r).splitlines()[0] for r in reports]
+    return len(reports)
+
+
+# --- slice ---------------------------------------------------------------------------------------------------
+
+
+def _slice_add_mul(x, y):
+    def fn(fd):
+        s = fd.ops.slice(fd.from_pytorch(x), [1, 2], [7, 12])
+        yy = fd.from_pytorch(y)
+        fd.add_output(fd.ops.mul(fd.ops.add(s, yy), yy))
+
+    return fn
+
+
+def _slice_add_mul_eager(x, y):
+    # bf16 operands compute in fp32 and give an fp32 result, as in nvFuser
+    s, y = x[1:7, 2:12].float(), y.float()
+    return (s + y) * y
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced", "offset"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_slice_add_mul_is_one_kernel(layout, dtype):
+    if layout == "contiguous":
+        x = specials((9, 13), dtype)
+    elif layout == "transposed":
+        x = transposed((9, 13), dtype)
+    elif layout == "sliced":
+        x = sliced((9, 13), dtype)
+    else:  # a storage offset
+        x = make((11, 13), dtype)[2:]
+    y = specials((6, 10), dtype)
+    fd = define(_slice_add_mul(x, y))
+    (out,) = fd.execute([x, y])
+    bits_equal(out, _slice_add_mul_eager(x, y), nan_bits=False)
+    assert kernel_count(fd) == 1
+
+
+def test_slice_negative_bit_input():
+    x = torch._neg_view(torch.neg(make((8, 12))))
+    y = make((6, 10))
+    fd = define(_slice_add_mul(x, y))
+    (out,) = fd.execute([x, y])
+    bits_equal(out, _slice_add_mul_eager(x.resolve_neg(), y))
+    assert kernel_count(fd) == 1
+
+
+def test_slice_bounds_normalized_like_eager():
+    def fn(fd):
+        x = fd.define_tensor([-1, -1], contiguity=[True, True])
+        s = fd.ops.slice(x, [-3, 0], [100, -2])  # negative start, end past the extent, negative end
+        fd.add_output(fd.ops.neg(s))
+
+    x = specials((7, 9))
+    fd = define(fn)
+    (out,) = fd.execute([x])
+    bits_equal(out, -x[-3:100, 0:-2], nan_bits=False)
+    assert kernel_count(fd) == 1
+    check_fusion(fn, [x], lambda x: -x[-3:, :-2])
+
+
+def test_slice_output_stays_a_view():
+    def fn(fd):
+        x = fd.define_tensor([-1, -1], contiguity=[True, True])
+        fd.add_output(fd.ops.slice(x, [1, 1], [4, 5]))
+        fd.add_output(fd.ops.neg(x))
+
+    x = make((6, 7))
+    fd = define(fn)
+    view, e = fd.execute([x])
+    assert view.data_ptr() == x[1:4, 1:5].data_ptr() and view.stride() == x.stride()
+    bits_equal(e, torch.neg(x))
+
+
+def test_slice_of_a_value_computed_in_the_kernel_splits():
+    # (a + b)[1:] reads the sum at other coordinates than its own: the sum is written out first.
+    def fn(fd):
+        a = fd.define_tensor([-1, -1], contiguity=[True, True])
+        b = fd.define_tensor([-1, -1], contiguity=[True, True])
+        s = fd.ops.slice(fd.ops.add(a, b), [1, 0], [5, 6])
+        fd.add_output(fd.ops.mul(s, 2.0))
+
+    a, b = specials((5, 6)), make((5, 6))
+    fd = define(fn)
+    (out,) = fd.execute([a, b])
+    bits_equal(out, (a + b)[1:5] * 2.0, nan_bits=False)
+    assert kernel_count(fd) == 2
+    check_fusion(fn, [a, b], lambda a, b: (a + b)[1:5] * 2.0)
+
+
+def test_slice_symbolic_bounds_run_on_aten():
+    def fn(fd):
+        x = fd.define_tensor([-1, -1], contiguity=[True, True])
+        n = fd.define_scalar(None, dtype=DataType.Int)
+        fd.add_output(fd.ops.add(fd.ops.slice(x, [0, 0], [n, 4]), 1.0))
+
+    x = make((6, 5))
+    fd = define(fn)
+    (out,) = fd.execute([x, 3])
+    bits_equal(out, x[:3, :4] + 1.0)
+    assert [r.kind for r in fd.last_execution()] == ["ExprEval", "PointWise"]
+
+
+@pytest.mark.parametrize("cols", [40, 9000])  # persistent and looped softmax
+def test_softmax_of_a_slice(cols):
+    def fn(fd):
+        x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        s = fd.ops.cast(fd.ops.slice(x, [0, 3], [4, 3 + cols]), DataType.Float)
+        e = fd.ops.exp(fd.ops.sub(s, fd.ops.max(s, dims=[1], keepdim=True)))
+        fd.add_output(fd.ops.cast(fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True)), DataType.BFloat16))
+
+    x = make((4, cols + 5), torch.bfloat16)
+    fd = define(fn)
+    (out,) = fd.execute([x])
+    assert kernel_count(fd) == 1
+    ref = torch.softmax(x[:, 3:3 + cols].float(), dim=1).bfloat16()
+    torch.testing.assert_close(out, ref, atol=1e-2, rtol=1e-2)
+
+
+# --- pad -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("widths", [[1, 2], [0, 0, 2, 1], [-1, 3, 1, -2], [2, 0, 0, 1, 1, 1]])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.bool])
+def test_pad(widths, dtype):
+    value = {torch.bool: True, torch.int32: -7}.get(dtype, -0.0)
+
+    for x in (specials((3, 4, 5), dtype), transposed((3, 4, 5), dtype)):
+        def fn(fd):
+            fd.add_output(fd.ops.pad(fd.from_pytorch(x), widths, value))
+
+        fd = define(fn)
+        (out,) = fd.execute([x])
+        bits_equal(out, F.pad(x, widths, value=value))
+        assert kernel_count(fd) == 1
+
+
+def test_pad_default_value_and_consumers_fuse():
+    def fn(fd):
+        x = fd.define_tensor([-1, -1], contiguity=[True, True])
+        y = fd.define_tensor([-1, -1], contiguity=[True, True])
+        fd.add_output(fd.ops.mul(fd.ops.pad(x, [1, 1]), y))
+
+    x, y = specials((4, 6)), specials((4, 8))
+    check_fusion(fn, [x, y], lambda x, y: F.pad(x, [1, 1]) * y)
+    fd = define(fn)
+    fd.execute([x, y])
+    assert kernel_count(fd) == 1
+
+
+def test_pad_then_sum_over_padded_dim():
+    # the padded dim is the reduced (column) dim of a persistent kernel
+    def fn(fd):
+        x = fd.define_tensor([-1, -1], contiguity=[True, True])
+        fd.add_output(fd.ops.sum(fd.ops.pad(x, [2, 3], 1.0), dims=[1]))
+
+    x = make((5, 7))
+    fd = define(fn)
+    (out,) = fd.execute([x])
+    assert kernel_count(fd) == 1
+    torch.testing.assert_close(out, F.pad(x, [2, 3], value=1.0).sum(1), atol=1e-6, rtol=1e-6)
+
+
+# --- cat -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64])
+def test_cat(dim, dtype):
+    shapes = [[2, 3, 4], [2, 3, 4], [2, 3, 4]]
+    for i, s in enumerate(shapes):
+        s[dim] = i + 1
+
+    inputs = [specials(shapes[0], dtype), transposed(shapes[1], dtype), make(shapes[2], dtype)]
+
+    def fn(fd):
+        fd.add_output(fd.ops.cat([fd.from_pytorch(t) for t in inputs], dim))
+
+    fd = define(fn)
+    (out,) = fd.execute(inputs)
+    bits_equal(out, torch.cat(inputs, dim))
+    assert kernel_count(fd) == 1
+
+
+def test_cat_with_an_empty_input_and_consumer():
+    def fn(fd):
+        a = fd.define_tensor([-1, -1], contiguity=[True, True])
+        b = fd.define_tensor([-1, -1], contiguity=[True, True])
+        c = fd.define_tensor([-1, -1], contiguity=[True, True])
+        fd.add_output(fd.ops.abs(fd.ops.cat([a, b, c], 1)))
+
+    inputs = [specials((3, 2)), make((3, 0)), specials((3, 5))]
+    check_fusion(fn, inputs, lambda a, b, c: torch.abs(torch.cat([a, b, c], 1)))
+    fd = define(fn)
+    fd.execute(inputs)
+    assert kernel_count(fd) == 1
