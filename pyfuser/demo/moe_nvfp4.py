@@ -153,11 +153,24 @@ def define_moe(fd: FusionDefinition, cfg: MoEConfig, tokens: int, quant: str = "
     Token counts per expert are data, not shapes: every shape here depends only on T, H, I, E and k, so one
     definition serves every routing. The offsets computed here feed the layout op / grouped quantize, whose
     offsets must be segment inputs, so pyfuser cuts a segment boundary after them.
+
+    The pieces (router, permutation, counts and offsets, experts, combine) are separate functions so that the
+    expert-parallel layer (pyfuser/demo/moe_ep.py) defines the same ops around its all-to-alls.
     """
-    T, H, I, E, k = tokens, cfg.hidden, cfg.intermediate, cfg.experts, cfg.top_k
+    T, E, k = tokens, cfg.experts, cfg.top_k
     M = T * k  # rows of the permuted activations: one per (token, slot)
     x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
     w_router = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+    experts = define_expert_weights(fd)
+    topw, topi = define_router(fd, x, w_router, k)
+    flat_ids, x_perm, inv_perm = define_permutation(fd, x, topi, M, k)
+    offsets = define_offsets(fd, define_counts(fd, flat_ids, M, E), E)
+    y_perm = define_experts(fd, cfg, x_perm, experts, offsets, M, E, quant)
+    fd.add_output(define_combine(fd, cfg, y_perm, inv_perm, topw, T))
+
+
+def define_expert_weights(fd: FusionDefinition) -> list:
+    """(packed FP4 weights, swizzled block scales, alpha) inputs for gate/up, then for down."""
     experts = []
     for _ in range(2):  # (gate/up, down)
         w = fd.define_tensor(
@@ -166,29 +179,49 @@ def define_moe(fd: FusionDefinition, cfg: MoEConfig, tokens: int, quant: str = "
         sf = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True], dtype=DataType.Float8_e4m3fn)
         alpha = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
         experts.append((w, sf, alpha))
+    return experts
 
-    # --- router: softmax over experts, top-k, renormalise the k weights (Mixtral)
+
+def define_router(fd: FusionDefinition, x, w_router, k: int):
+    """Softmax over experts, top-k, the k weights renormalised (Mixtral): (weights [T, k] fp32, ids [T, k])."""
     logits = fd.ops.cast(fd.ops.linear(x, w_router), DataType.Float)
     e = fd.ops.exp(fd.ops.sub(logits, fd.ops.max(logits, dims=[1], keepdim=True)))
     probs = fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True))
     topw, topi = fd.ops.topk(probs, k, dim=1, largest=True, sorted=True)
     topw = fd.ops.div(topw, fd.ops.sum(topw, dims=[1], keepdim=True))
+    return topw, topi
 
-    # --- permutation: (token, slot) pairs sorted by expert; stable, so tokens stay in order within an expert
+
+def define_permutation(fd: FusionDefinition, x, topi, M: int, k: int):
+    """(token, slot) pairs sorted by expert; stable, so tokens stay in order within an expert. Returns (expert id
+    per (token, slot) [M], the permuted rows of x [M, H], the inverse permutation [M])."""
     flat_ids = fd.ops.reshape(topi, [M])
     perm = fd.ops.argsort(flat_ids, dim=0, stable=True)  # permuted row -> flat (token, slot) index
     x_perm = fd.ops.index_select(x, fd.ops.div(perm, k), 0)  # Int div truncates: flat index // k = token
     inv_perm = fd.ops.argsort(perm, dim=0)  # flat (token, slot) index -> permuted row
+    return flat_ids, x_perm, inv_perm
 
-    # --- offsets bookkeeping: tokens per expert by a one-hot sum (no bincount op), START offsets (exclusive
-    # cumsum), block-scale offsets padded to 128 rows, and problem sizes (m_e, N, K) per GEMM.
+
+def define_counts(fd: FusionDefinition, ids, M: int, E: int):
+    """Rows per expert [E] (Int) from the expert id of each of M rows: a one-hot sum (no bincount op)."""
     iota_e = fd.ops.broadcast_in_dim(fd.ops.iota(E, dtype=DataType.Int), shape=[M, E], broadcast_dims=[1])
-    one_hot = fd.ops.eq(fd.ops.broadcast_in_dim(flat_ids, shape=[M, E], broadcast_dims=[0]), iota_e)
-    counts = fd.ops.sum(fd.ops.cast(one_hot, DataType.Int32), dims=[0])  # Int
+    one_hot = fd.ops.eq(fd.ops.broadcast_in_dim(ids, shape=[M, E], broadcast_dims=[0]), iota_e)
+    return fd.ops.sum(fd.ops.cast(one_hot, DataType.Int32), dims=[0])  # Int
+
+
+def define_offsets(fd: FusionDefinition, counts, E: int) -> tuple:
+    """(START offsets (exclusive cumsum), block-scale offsets padded to 128 rows, counts as an [E, 1] column)."""
     starts = fd.ops.cast(fd.ops.sub(fd.ops.cumsum(counts, dim=0), counts), DataType.Int32)
     padded = fd.ops.mul(fd.ops.div(fd.ops.add(counts, 127), 128), 128)
     sf_starts = fd.ops.cast(fd.ops.sub(fd.ops.cumsum(padded, dim=0), padded), DataType.Int32)
     counts_col = fd.ops.broadcast_in_dim(fd.ops.cast(counts, DataType.Int32), shape=[E, 1], broadcast_dims=[0])
+    return starts, sf_starts, counts_col
+
+
+def define_experts(fd: FusionDefinition, cfg: MoEConfig, x_perm, experts, offsets, M: int, E: int, quant: str):
+    """Rows sorted by expert [M, H] -> gate/up GEMM, SiLU(gate) * up in fp32, down GEMM -> [M, H] bf16."""
+    H, I = cfg.hidden, cfg.intermediate
+    starts, sf_starts, counts_col = offsets
 
     def problem_sizes(n, kk):
         full = lambda v: fd.ops.full([E, 1], v, DataType.Int32)  # noqa: E731
@@ -210,17 +243,19 @@ def define_moe(fd: FusionDefinition, cfg: MoEConfig, tokens: int, quant: str = "
             a_fp4, w, a_sf, w_sf, alpha, problem_sizes(n, kk), starts, sf_starts, dtype=DataType.BFloat16
         )
 
-    # --- experts: gate/up GEMM, SiLU(gate) * up in fp32, down GEMM
     gate_up = grouped_gemm(x_perm, experts[0], 2 * I, H)  # [M, 2I] bf16
     gate = fd.ops.cast(fd.ops.slice(gate_up, [0, 0], [M, I]), DataType.Float)
     up = fd.ops.cast(fd.ops.slice(gate_up, [0, I], [M, 2 * I]), DataType.Float)
     h = fd.ops.mul(fd.ops.silu(gate), up)  # quantized from fp32, no bf16 round trip
-    y_perm = grouped_gemm(h, experts[1], H, I)  # [M, H] bf16
+    return grouped_gemm(h, experts[1], H, I)  # [M, H] bf16
 
-    # --- un-permute and weighted sum over the k slots
+
+def define_combine(fd: FusionDefinition, cfg: MoEConfig, y_perm, inv_perm, topw, T: int):
+    """Un-permute and take the routing-weighted sum over the k slots: [T, H] bf16."""
+    k, H = cfg.top_k, cfg.hidden
     y = fd.ops.cast(fd.ops.reshape(fd.ops.index_select(y_perm, inv_perm, 0), [T, k, H]), DataType.Float)
     wts = fd.ops.broadcast_in_dim(topw, shape=[T, k, H], broadcast_dims=[0, 1])
-    fd.add_output(fd.ops.cast(fd.ops.sum(fd.ops.mul(y, wts), dims=[1]), DataType.BFloat16))
+    return fd.ops.cast(fd.ops.sum(fd.ops.mul(y, wts), dims=[1]), DataType.BFloat16)
 
 
 class MoENVFP4:

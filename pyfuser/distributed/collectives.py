@@ -16,6 +16,10 @@ import torch.distributed as dist
 from ..errors import UnsupportedOpError
 from .mesh import DeviceMesh, block_of
 
+# torch 2.13 renames the tensor forms (the old names warn); torch 2.11 has only the old ones.
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
                "prod": dist.ReduceOp.PRODUCT}
 
@@ -45,7 +49,7 @@ class Group:
         x, back = self._wire(x)
         front = x.movedim(dim, 0).contiguous()
         out = torch.empty((front.shape[0] * self.size,) + tuple(front.shape[1:]), dtype=front.dtype, device=x.device)
-        dist.all_gather_into_tensor(out, front, group=self.group)
+        _all_gather(out, front, group=self.group)
         out = out.movedim(0, dim)
         return out if back is None else out.to(back)
 
@@ -63,7 +67,7 @@ class Group:
                                      f"into {self.size} equal blocks")
         out = torch.empty((front.shape[0] // self.size,) + tuple(front.shape[1:]), dtype=front.dtype,
                           device=x.device)
-        dist.reduce_scatter_tensor(out, front, op=_REDUCE_OPS[op], group=self.group)
+        _reduce_scatter(out, front, op=_REDUCE_OPS[op], group=self.group)
         out = out.movedim(0, dim)
         return out if back is None else out.to(back)
 
@@ -117,7 +121,7 @@ class Group:
         if dst is None:
             send = x.unsqueeze(0).contiguous()
             parts = torch.empty((self.size,) + tuple(x.shape), dtype=x.dtype, device=x.device)
-            dist.all_gather_into_tensor(parts, send, group=self.group)
+            _all_gather(parts, send, group=self.group)
         else:
             if x.shape[dst] % self.size:
                 raise UnsupportedOpError(f"reduce-scatter: dim {dst} has extent {x.shape[dst]}, which does not split "

@@ -200,11 +200,12 @@ class _StageBuilder:
 
     def _replay(self, se) -> None:
         e = se.expr
-        args = list(self._map(e.args, se))
-        kwargs = self._map(e.kwargs, se)
-        if se.drop_bias:
+        args, kwargs = list(e.args), dict(e.kwargs)
+        if se.drop_bias:  # linear's bias is added once, after the partial results are combined
             args = args[:2]
             kwargs.pop("bias", None)
+        args = self._map(args, se)
+        kwargs = self._map(kwargs, se)
         if se.partial_dtype is not None and "dtype" in kwargs:
             kwargs["dtype"] = from_torch_dtype(se.partial_dtype)
         if e.op.name in _SHAPE_ARG_OPS and isinstance(se.placement, int):
