@@ -44,11 +44,53 @@ def _not_initialized():
     raise UnsupportedOpError("multidevice.shard_tensor: torch.distributed is not initialized")
 
 
+class Communicator:
+    """nvFuser's ``multidevice.Communicator`` over torch.distributed's default process group (pyfuser has no
+    communicator of its own)."""
+
+    _instance = None
+
+    @classmethod
+    def instance(cls) -> "Communicator":
+        if cls._instance is None:
+            cls._instance = cls()
+        return cls._instance
+
+    @staticmethod
+    def _dist():
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_initialized():
+            raise UnsupportedOpError("multidevice.Communicator: torch.distributed is not initialized "
+                                     "(call torch.distributed.init_process_group first)")
+        return dist
+
+    def size(self) -> int:
+        return self._dist().get_world_size()
+
+    def rank(self) -> int:
+        return self._dist().get_rank()
+
+    def local_size(self) -> int:
+        import os
+
+        return int(os.environ.get("LOCAL_WORLD_SIZE", self.size()))
+
+    def local_rank(self) -> int:
+        import os
+
+        return int(os.environ.get("LOCAL_RANK", self.rank()))
+
+    def barrier(self) -> None:
+        self._dist().barrier()
+
+
 class _MultideviceNamespace:
     """``nvfuser_direct.multidevice``."""
 
     DeviceMesh = DeviceMesh
     ParallelType = ParallelType
+    Communicator = Communicator
     shard_tensor = staticmethod(shard_tensor)
 
     def __getattr__(self, name: str):

@@ -496,3 +496,19 @@ def test_random_ops_and_unready_process_group_are_refused():
     if not dist.is_initialized():
         with pytest.raises(UnsupportedOpError, match="torch.distributed is not initialized"):
             fd.execute([torch.randn(2)])
+
+
+def test_single_device_paths_refuse_a_sharded_fusion():
+    """Run on one rank's blocks alone, these would compute a wrong result: they raise instead."""
+    mesh = pyfuser.multidevice.DeviceMesh([0, 1])
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([4], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(x, [0]))
+        _sharded_input(fd, x, mesh, 0)
+    block = torch.randn(2)
+    for call in (lambda: fd.manual_execute([block]), lambda: fd.validate([block]),
+                 lambda: fd.manual_validate([block])):
+        with pytest.raises(UnsupportedOpError, match="device meshes"):
+            call()
+    with pytest.raises(UnsupportedOpError, match="device meshes"):
+        pyfuser.LRUCache(2).cache_compile(fd.fusion)

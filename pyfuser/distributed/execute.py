@@ -36,8 +36,10 @@ class ShardedExecutor:
     def output_placements(self) -> list:
         return self.plan.output_placements()
 
-    def run(self, args: Sequence, group=None) -> list:
+    def run(self, args: Sequence, group=None, enable_options=(), disable_options=()) -> list:
+        """This rank's outputs; options as ``fd.execute`` takes them apply to every local stage."""
         g = Group(self.plan.mesh, group)
+        self._options = dict(_enable_options=list(enable_options), _disable_options=list(disable_options))
         env: dict = {}  # (id(tv), placement) -> local tensor
         latest: dict = {}  # id(tv) -> (local tensor, placement): for size() of a tensor
         scalars: dict = {}  # id(scalar input) -> value
@@ -98,7 +100,7 @@ class ShardedExecutor:
                                              f"the same local stage; take sizes of inputs instead")
                 t, p = latest[id(tv)]
                 inputs.append(t.shape[dim] * (size if p == dim else 1))
-        outs = fd.execute(inputs)
+        outs = fd.execute(inputs, **self._options)
         for k, out in zip(stage.outputs, outs):
             env[(id(k[0]), k[1])] = out
             latest[id(k[0])] = (out, k[1])
@@ -242,14 +244,14 @@ def executor_for(fusion, mesh: DeviceMesh, input_placements: Optional[Sequence] 
     return ex
 
 
-def execute_sharded(fd, inputs: Sequence, group=None) -> list:
+def execute_sharded(fd, inputs: Sequence, enable_options=(), disable_options=(), group=None) -> list:
     """``fd.execute`` of a fusion with device meshes: local tensors in, local tensors out (nvFuser's
     convention), on the default process group unless ``group`` is given."""
     from .plan import fusion_mesh
 
     fusion = fd.fusion
     mesh = fusion_mesh(fusion)
-    return executor_for(fusion, mesh).run(inputs, group)
+    return executor_for(fusion, mesh).run(inputs, group, enable_options, disable_options)
 
 
 def output_placements(fd) -> Optional[list]:

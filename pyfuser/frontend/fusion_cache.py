@@ -19,7 +19,7 @@ import weakref
 from collections import OrderedDict
 from typing import Any, Sequence
 
-from ..errors import FusionDefinitionError
+from ..errors import FusionDefinitionError, UnsupportedOpError
 from ..ir.fusion import Fusion
 from . import profiler
 from .printer import fusion_to_python
@@ -36,6 +36,7 @@ class CompiledFusion:
         # Imported here: pyfuser.ops still imports a helper from this package while it is being loaded.
         from ..runtime.executor_cache import FusionExecutorCache
 
+        _refuse_device_meshes(fusion)
         self._fusion = fusion
         self._fec = FusionExecutorCache(fusion)
         self.fusion_id = fusion_id
@@ -134,6 +135,7 @@ class LRUCache:
         fusion = _fusion_of(fusion)
         if not fusion.frozen:
             raise FusionDefinitionError("cache_compile: the fusion is still being defined (leave the `with` block first)")
+        _refuse_device_meshes(fusion)  # before the lookup: shardings are not part of the structural key
         key = structural_key(fusion)
         with self._lock:
             self._lookups += 1
@@ -212,6 +214,13 @@ class LruFusionCache:
         wrapper.num_fusions = self.cache.num_fusions
         wrapper.cache = self.cache
         return wrapper
+
+
+def _refuse_device_meshes(fusion: Fusion) -> None:
+    # Run on one rank's blocks alone, a sharded fusion would compute a wrong result (docs/multidevice.md).
+    if fusion.__dict__.get("has_device_mesh"):
+        raise UnsupportedOpError("a fusion with device meshes runs through fd.execute or execute_with_dtensors, "
+                                 "not through a fusion cache")
 
 
 def executor_for(fusion: Fusion) -> CompiledFusion:

@@ -336,7 +336,8 @@ class FusionDefinition:
         del profile  # accepted for compatibility: use PythonProfiler to profile
         fusion = self.__dict__.get("_fusion")
         if fusion is not None and fusion.__dict__.get("has_device_mesh") and SHARDED_EXECUTE is not None:
-            return SHARDED_EXECUTE(self, inputs)  # local shards in and out (docs/multidevice.md)
+            # local shards in and out (docs/multidevice.md)
+            return SHARDED_EXECUTE(self, inputs, _enable_options, _disable_options)
         fec = self._get_executor()
         if save_repro_inputs:
             self.fake_inputs = fake_copies(inputs)
@@ -350,6 +351,7 @@ class FusionDefinition:
         evaluated unscheduled. As in nvFuser, a definition runs either through execute or through this."""
         from ..runtime.evaluator import run_reference
 
+        _refuse_device_meshes(self, "manual_execute")
         if heuristic_params is not None:
             raise UnsupportedOpError("FusionDefinition.manual_execute(heuristic_params=...): pyfuser has no manual "
                                      "scheduling (heuristic parameters)")
@@ -370,6 +372,7 @@ class FusionDefinition:
         outputs must match it in values, shapes, dtypes and strides. Given references are compared in values,
         shapes and dtypes. Tolerances are nvFuser's, by dtype and reduction size (frontend/validation.py);
         ``atol``/``rtol`` override them. Raises AssertionError on a mismatch."""
+        _refuse_device_meshes(self, "validate")
         references, sizes = reference_run(self.fusion, inputs)
         check_strides = reference_outputs is None
         outputs = self.execute(inputs, device=device)
@@ -380,6 +383,7 @@ class FusionDefinition:
     def manual_validate(self, inputs: Sequence[Any], reference_outputs: Optional[Sequence[Any]] = None,
                         **tolerances) -> list:
         """:meth:`manual_execute`, then the comparison of :meth:`validate`; returns the outputs."""
+        _refuse_device_meshes(self, "manual_validate")
         references, sizes = reference_run(self.fusion, inputs)
         check_strides = reference_outputs is None
         outputs = self.manual_execute(inputs)
@@ -414,6 +418,15 @@ class FusionDefinition:
     def segments(self):
         rt = self.last_runtime()
         return [] if rt is None else rt.segments
+
+
+def _refuse_device_meshes(fd, what: str) -> None:
+    """The single-device paths would compute on one rank's blocks alone: a fusion with device meshes runs only
+    through execute (or execute_with_dtensors)."""
+    fusion = fd.__dict__.get("_fusion")
+    if fusion is not None and fusion.__dict__.get("has_device_mesh"):
+        raise UnsupportedOpError(f"FusionDefinition.{what}: the fusion has device meshes; run it with execute or "
+                                 f"execute_with_dtensors")
 
 
 def _device_arg(device):
