@@ -31,6 +31,7 @@ if not dist.is_available():  # pragma: no cover
 TIMEOUT_S = 150
 MESH_X = ParallelType.mesh_x
 MOE_TOKENS = 16
+_DEVICE_TYPE = ["cpu"]  # "cuda" in NCCL ranks (tests/test_multidevice_gpu.py): tensors are made there by default
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -206,7 +207,7 @@ def case_tensor_parallel_mlp_dtensors(d, mesh):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
-    tmesh = init_device_mesh("cpu", (d,))
+    tmesh = init_device_mesh(_DEVICE_TYPE[0], (d,))
     x, w1, b1 = torch.randn(3, 8), torch.randn(4 * d, 8), torch.randn(4 * d)
     w2, b2 = torch.randn(8, 4 * d), torch.randn(8)
     dts = [distribute_tensor(x, tmesh, [Replicate()]), distribute_tensor(w1, tmesh, [Shard(0)]),
@@ -297,18 +298,22 @@ def _moe_config():
     return moe.MoEConfig(hidden=128, intermediate=64, experts=4, top_k=2)
 
 
-def _moe_inputs():
+def _moe_inputs(device="cpu"):
     from pyfuser.demo import moe_nvfp4 as moe
 
     cfg = _moe_config()
-    q = moe.quantize_weights(moe.make_weights(cfg, "cpu", seed=0))
-    x = torch.randn(MOE_TOKENS, cfg.hidden, generator=torch.Generator().manual_seed(1)).bfloat16()
-    return cfg, q, x
+    q = moe.quantize_weights(moe.make_weights(cfg, device, seed=0))
+    x = torch.randn(MOE_TOKENS, cfg.hidden, generator=torch.Generator().manual_seed(1), device="cpu")
+    return cfg, q, x.to(device=device, dtype=torch.bfloat16)
 
 
-def _worker(rank: int, world: int, store: str, out_dir: str) -> None:
+def _worker(rank: int, world: int, store: str, out_dir: str, backend: str = "gloo") -> None:
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    if backend == "nccl":  # one GPU per rank; tensors are made on it
+        torch.cuda.set_device(rank)
+        torch.set_default_device(f"cuda:{rank}")
+        _DEVICE_TYPE[0] = "cuda"
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world)
     results: dict = {}
     mesh = pyfuser.multidevice.DeviceMesh(torch.arange(world))
     for name, fn in CASES.items():
@@ -321,9 +326,9 @@ def _worker(rank: int, world: int, store: str, out_dir: str) -> None:
     try:
         from pyfuser.demo import moe_ep
 
-        cfg, q, x = _moe_inputs()
+        cfg, q, x = _moe_inputs(f"{_DEVICE_TYPE[0]}:{rank}" if _DEVICE_TYPE[0] == "cuda" else "cpu")
         layer = moe_ep.ExpertParallelMoE(cfg, q)
-        results["ep_moe"] = layer(moe_ep.shard_tokens(x))
+        results["ep_moe"] = layer(moe_ep.shard_tokens(x)).cpu()
     except Exception:  # noqa: BLE001
         results["ep_moe"] = traceback.format_exc()
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
@@ -331,10 +336,10 @@ def _worker(rank: int, world: int, store: str, out_dir: str) -> None:
     dist.destroy_process_group()
 
 
-def _spawn(world: int, tmp_path) -> list:
+def _spawn(world: int, tmp_path, backend: str = "gloo") -> list:
     ctx = torch.multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_worker, args=(r, world, str(tmp_path / "store"), str(tmp_path)), daemon=True)
-             for r in range(world)]
+    procs = [ctx.Process(target=_worker, args=(r, world, str(tmp_path / "store"), str(tmp_path), backend),
+                         daemon=True) for r in range(world)]
     for p in procs:
         p.start()
     import time
@@ -352,27 +357,26 @@ def _spawn(world: int, tmp_path) -> list:
     return [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
 
 
-_MOE_REFERENCE: list = []
+_MOE_REFERENCE: dict = {}
 
 
-def _single_device_moe() -> torch.Tensor:
-    if not _MOE_REFERENCE:
+def _single_device_moe(device="cpu") -> torch.Tensor:
+    if device not in _MOE_REFERENCE:
         from pyfuser.demo import moe_nvfp4 as moe
 
-        cfg, q, x = _moe_inputs()
-        _MOE_REFERENCE.append(moe.MoENVFP4(cfg, q)(x))
-    return _MOE_REFERENCE[0]
+        cfg, q, x = _moe_inputs(device)
+        _MOE_REFERENCE[device] = moe.MoENVFP4(cfg, q)(x).cpu()
+    return _MOE_REFERENCE[device]
 
 
-@pytest.mark.parametrize("world", [2, 4])
-def test_sharding_rules_and_expert_parallel_moe_on_gloo(world, tmp_path):
-    results = _spawn(world, tmp_path)
+def check_results(results: list, world: int, device: str = "cpu") -> None:
+    """Every case ok on every rank; each rank's EP MoE block equals the single-device layer's bit for bit."""
     failed = [f"--- {name} on rank {r} of {world}:\n{res}" for r, rank_results in enumerate(results)
               for name, res in rank_results.items() if name != "ep_moe" and res != "ok"]
     assert set(results[0]) == set(CASES) | {"ep_moe"}
     assert not failed, "\n".join(failed)
-    # Expert-parallel MoE vs the single-device fusion: bit for bit (kernels under TRITON_INTERPRET=1).
-    ref = _single_device_moe()
+    # Expert-parallel MoE vs the single-device fusion: bit for bit (on CPU: kernels under TRITON_INTERPRET=1).
+    ref = _single_device_moe(device)
     per = MOE_TOKENS // world
     for r, rank_results in enumerate(results):
         out = rank_results["ep_moe"]
@@ -380,6 +384,11 @@ def test_sharding_rules_and_expert_parallel_moe_on_gloo(world, tmp_path):
         block = ref[r * per:(r + 1) * per]
         assert out.dtype == block.dtype and out.shape == block.shape
         assert torch.equal(out, block), f"rank {r}: max difference {(out.float() - block.float()).abs().max()}"
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_sharding_rules_and_expert_parallel_moe_on_gloo(world, tmp_path):
+    check_results(_spawn(world, tmp_path), world)
 
 
 # --------------------------------------------------------------------------------------------------------------
