@@ -108,6 +108,48 @@ def case_allgather_set(d, mesh):
     _same(o, x)
 
 
+def case_allgather_expanded_broadcast(d, mesh):
+    # a whole dim of extent d on mesh_x (one element per rank), broadcast to [d, 3] still sharded (the static
+    # extent d becomes the block extent 1), then gathered by a replicated set.
+    x = _special((d,))
+    with FusionDefinition() as fd:
+        inp = fd.define_tensor([d], contiguity=True, dtype=DataType.Float)
+        expanded = fd.ops.broadcast_in_dim(inp, [d, 3], [0])
+        out = fd.ops.set(expanded)
+        fd.add_output(out)
+        for tv in (inp, expanded, out):
+            tv.set_device_mesh(mesh)
+        inp.axis(0).parallelize(MESH_X)
+        expanded.axis(0).parallelize(MESH_X)
+    (o,) = fd.execute([_block(x, 0, d)])
+    _same(o, x.unsqueeze(-1).expand(-1, 3))
+
+
+def case_dtensor_placements_are_checked(d, mesh):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Partial, Shard, distribute_tensor
+
+    tmesh = init_device_mesh(_DEVICE_TYPE[0], (d,))
+    x = torch.randn(d * 2, 3)
+    with FusionDefinition() as fd:
+        inp = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.neg(inp))
+        _sharded_input(fd, inp, mesh, 0)
+    for placement, error, words in ((Shard(1), InputValidationError, "sharded on dim 0 but it is given sharded on dim 1"),
+                                    (Partial(), UnsupportedOpError, "only Shard and Replicate")):
+        dt = distribute_tensor(x, tmesh, [Shard(1)]) if isinstance(placement, Shard) else None
+        if dt is None:
+            from torch.distributed.tensor import DTensor
+
+            dt = DTensor.from_local(x, tmesh, [Partial()], run_check=False)
+        try:
+            pyfuser.execute_with_dtensors(fd, [dt])
+        except error as e:
+            assert words in str(e), str(e)
+        else:
+            raise AssertionError(f"{placement} was accepted")
+
+
 def case_allreduce_sum(d, mesh):
     x = _special((2, d * 3, 5))
     with FusionDefinition() as fd:
