@@ -79,20 +79,23 @@ class ExpertParallelMoE:
             self._route[tokens] = fd
         return self._route[tokens]
 
-    def experts_fusion(self, rows: int) -> FusionDefinition:
-        if rows not in self._experts:
+    def experts_fusion(self) -> FusionDefinition:
+        """One definition for every number of received rows (data: it changes from call to call), so the row
+        count is the symbolic extent of the received rows, not a constant."""
+        if "fd" not in self._experts:
             E = self.local_E
             with FusionDefinition() as fd:
                 x_recv = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
                 ids = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Int)
                 experts = moe.define_expert_weights(fd)
+                rows = fd.ops.size(x_recv, 0)
                 perm = fd.ops.argsort(ids, dim=0, stable=True)  # received rows are by source rank, then expert
                 x_sorted = fd.ops.index_select(x_recv, perm, 0)
                 offsets = moe.define_offsets(fd, moe.define_counts(fd, ids, rows, E), E)
                 y_sorted = moe.define_experts(fd, self.cfg, x_sorted, experts, offsets, rows, E, self.quant)
                 fd.add_output(fd.ops.index_select(y_sorted, fd.ops.argsort(perm, dim=0), 0))
-            self._experts[rows] = fd
-        return self._experts[rows]
+            self._experts["fd"] = fd
+        return self._experts["fd"]
 
     def combine_fusion(self, tokens: int) -> FusionDefinition:
         if tokens not in self._combine:
@@ -127,7 +130,7 @@ class ExpertParallelMoE:
         if rows:
             ids = torch.repeat_interleave(torch.arange(El, device=x.device).repeat(D), recv_counts.flatten())
             w = self.weights
-            (y_recv,) = self.experts_fusion(rows).execute([
+            (y_recv,) = self.experts_fusion().execute([
                 x_recv, ids,
                 w.w13.packed.transpose(-1, -2), w.w13.scales, w.w13.alpha,
                 w.w2.packed.transpose(-1, -2), w.w2.scales, w.w2.alpha,
