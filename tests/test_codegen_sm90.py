@@ -29,7 +29,21 @@ def corpus():
         ("slice + add + mul", _slice_add_mul, [make((8, 12), bf), make((6, 10), bf)]),
         ("pad summed in a looped kernel", _pad_sum, [make((3, 5000))]),
         ("cat along columns", _cat, [make((4, 3), bf), make((4, 5), bf)]),
+        ("select, reshape, iota", _select_reshape_iota, [make((3, 4, 6))]),
+        ("integer cumsum", _cumsum, [make((3, 40), torch.int32)]),
     ]
+
+
+def _cumsum(fd):
+    x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("Int32"))
+    fd.add_output(fd.ops.sub(fd.ops.cumsum(x, 1), fd.ops.cast(x, _dt("Int"))))
+
+
+def _select_reshape_iota(fd):
+    x = fd.define_tensor([-1, -1, -1], contiguity=[True, True, True])
+    i = fd.ops.broadcast_in_dim(fd.ops.iota(24, 1.0, 0.5, dtype=_dt("Float")), [3, 24], [1])
+    fd.add_output(fd.ops.add(fd.ops.reshape(x, [3, 24]), i))
+    fd.add_output(fd.ops.neg(fd.ops.select(x, 1, 2)))
 
 
 def _slice_add_mul(fd):

@@ -240,3 +240,121 @@ def test_cat_with_an_empty_input_and_consumer():
     fd = define(fn)
     fd.execute(inputs)
     assert kernel_count(fd) == 1
+
+
+# --- select, reshape, iota, full -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("index", [0, 2, -1])
+def test_select_reads_at_an_offset(index):
+    x, y = specials((4, 6, 5)), transposed((6, 5))
+
+    def fn(fd):
+        fd.add_output(fd.ops.mul(fd.ops.select(fd.from_pytorch(x), index, 0), fd.from_pytorch(y)))
+
+    check_fusion(fn, [x, y], lambda x, y: torch.select(x, 0, index) * y)
+    fd = define(fn)
+    (out,) = fd.execute([x, y])
+    bits_equal(out, torch.select(x, 0, index) * y, nan_bits=False)
+    assert kernel_count(fd) == 1
+
+
+def test_select_returned_stays_a_view():
+    x = make((4, 6))
+
+    def fn(fd):
+        fd.add_output(fd.ops.select(fd.from_pytorch(x), 1, 1))
+
+    fd = define(fn)
+    (out,) = fd.execute([x])
+    assert out.data_ptr() == x[:, 1].data_ptr() and out.stride() == (6,)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "offset"])
+def test_reshape_of_an_input(layout):
+    x = {"contiguous": specials((4, 6, 5)), "transposed": transposed((4, 6, 5)),
+         "offset": make((5, 6, 5))[1:]}[layout]
+
+    def fn(fd):
+        fd.add_output(fd.ops.add(fd.ops.reshape(fd.from_pytorch(x), [4, 30]), 1.0))
+
+    fd = define(fn)
+    (out,) = fd.execute([x])
+    bits_equal(out, x.reshape(4, 30) + 1.0, nan_bits=False)
+    if layout == "transposed":  # a copy, not a view: the segment runs on ATen, as eager computes it
+        assert [r.runs_as for r in fd.last_execution()] == ["aten"]
+    else:
+        assert kernel_count(fd) == 1
+    check_fusion(fn, [x], lambda x: x.reshape(4, 30) + 1.0)
+
+
+@pytest.mark.parametrize("dtype,start,step", [(DataType.Int, 3, -2), (DataType.Float, 0.5, 0.1),
+                                               (DataType.BFloat16, -1.0, 0.3), (DataType.Int32, None, None)])
+def test_iota_and_full(dtype, start, step):
+    tdt = {DataType.Int: torch.int64, DataType.Float: torch.float32, DataType.BFloat16: torch.bfloat16,
+           DataType.Int32: torch.int32}[dtype]
+    x = make((3, 7), tdt)
+
+    def fn(fd):
+        i = fd.ops.iota(7, start, step, dtype=dtype)
+        f = fd.ops.full([3, 7], 2, dtype)
+        fd.add_output(fd.ops.add(fd.ops.mul(fd.from_pytorch(x), f), fd.ops.broadcast_in_dim(i, [3, 7], [1])))
+        fd.add_output(i)
+
+    def ref(x):
+        compute = torch.float32 if tdt == torch.bfloat16 else tdt
+        i = (torch.arange(7, dtype=compute) * (1 if step is None else step) + (0 if start is None else start)).to(tdt)
+        if tdt == torch.bfloat16:
+            return (x.float() * 2 + i.float()), i
+        return x * 2 + i, i
+
+    outs = check_fusion(fn, [x], ref)
+    fd = define(fn)
+    fd.execute([x])
+    assert kernel_count(fd) == 1
+    for o, r in zip(outs, ref(x)):
+        bits_equal(o, r)
+
+
+# --- cumsum --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool])
+def test_integer_cumsum_in_a_kernel(dtype):
+    x = make((5, 37), dtype) if dtype != torch.int64 else make((5, 37), dtype, low=-2**62, high=2**62)
+
+    def fn(fd):
+        t = fd.from_pytorch(x)
+        fd.add_output(fd.ops.sub(fd.ops.cumsum(t, 1), fd.ops.cast(t, DataType.Int)))  # exclusive prefix sums
+
+    ref = lambda x: torch.cumsum(x, 1) - x.long()  # noqa: E731  (int64 wraps as torch does)
+    outs = check_fusion(fn, [x], ref)
+    bits_equal(outs[0], ref(x))
+    fd = define(fn)
+    fd.execute([x])
+    assert kernel_count(fd) == 1
+
+
+def test_cumsum_of_a_column_and_init():
+    x = transposed((6, 4), torch.int32)
+
+    def fn(fd):
+        fd.add_output(fd.ops.cumsum(fd.from_pytorch(x), 0, init=5))
+
+    fd = define(fn)
+    (out,) = fd.execute([x])
+    bits_equal(out, torch.cumsum(x, 0) + 5)
+    assert kernel_count(fd) == 1
+
+
+def test_float_cumsum_and_long_scans_run_on_aten():
+    x = make((3, 9))
+    fd = define(lambda fd: fd.add_output(fd.ops.cumsum(fd.from_pytorch(x), 1)))
+    (out,) = fd.execute([x])
+    assert [r.runs_as for r in fd.last_execution()] == ["aten"]
+    bits_equal(out, torch.cumsum(x, 1))
+    y = make((2, 20000), torch.int32)  # longer than any persistent row
+    fd = define(lambda fd: fd.add_output(fd.ops.cumsum(fd.from_pytorch(y), 1)))
+    (out,) = fd.execute([y])
+    assert [r.runs_as for r in fd.last_execution()] == ["aten"]
+    bits_equal(out, torch.cumsum(y, 1))

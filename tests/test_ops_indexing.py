@@ -166,8 +166,8 @@ def test_select_feeds_pointwise():
         t1 = fd.ops.select(fd.from_pytorch(x), 3, 1)
         fd.add_output(fd.ops.add(t1, 1.0))
 
-    # select has no Triton lowering: it stays an ATen view that the kernel reads through.
-    check_fusion(fn, [x], lambda x: torch.select(x, 1, 3) + 1.0, expected_segments=["ExprEval", "PointWise"])
+    # select with a constant index is read by the kernel at an offset: one kernel.
+    check_fusion(fn, [x], lambda x: torch.select(x, 1, 3) + 1.0, expected_segments=[kernel_kind("select")])
 
 
 def test_select_out_of_range_at_run_time():

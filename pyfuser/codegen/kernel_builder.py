@@ -43,6 +43,9 @@ REDUCTIONS = {
     "min": ("MAX", "_min_nan({a}, {b})", "tl.reduce({x}, 1, _min_nan, keep_dims=True)"),
 }
 
+# Inclusive scans along the columns, by kind.
+SCANS = {"cumsum": "tl.cumsum({x}, axis=1)"}
+
 PRELUDE = '''
 @triton.jit
 def _mul_combine(a, b):
@@ -249,6 +252,12 @@ class KernelBuilder:
         v = self.cast(v, dtype)
         return self._add(KValue("reduce", dtype, (v,), full=False, level=v.level + 1, reduction=kind))
 
+    def scan(self, kind: str, v: KValue) -> KValue:
+        """The inclusive scan of ``v`` along the columns (whole rows in one tile: persistent kernels only)."""
+        if kind not in SCANS:
+            raise ValueError(f"internal error: no scan {kind!r}")
+        return self._add(KValue("scan", v.dtype, (v,), full=True, level=v.level + 1, reduction=kind))
+
     def n_reduced(self) -> KValue:
         """The number of reduced elements per row (the product of the column extents)."""
         return self.op("tl.full([], n_cols, tl.int64)", [], torch.int64)
@@ -347,6 +356,13 @@ class Emitter:
             self.w(f"{v.var} = tl.load({p.name}_ptr + {addr}{extra}, mask={mask}, other={zero})")
         elif v.kind == "op":
             self.w(f"{v.var} = {v.template.format(*[_expr(o) for o in v.operands])}")
+        elif v.kind == "scan":
+            if self.mode != "persistent":
+                raise ValueError("internal error: a scan outside a persistent kernel")
+            (x,) = v.operands
+            src = _expr(x) if x.full else f"tl.broadcast_to({_expr(x)}, [BLOCK_R, BLOCK_C])"
+            # Lanes past the row end come after every real lane: they never reach a real prefix.
+            self.w(f"{v.var} = {SCANS[v.reduction].format(x=src)}")
         elif v.kind == "reduce":
             (x,) = v.operands
             ident = identity_literal(v.reduction, v.dtype)

@@ -22,7 +22,7 @@ from ..ir.dtypes import to_torch_dtype
 from ..ir.nodes import Scalar, TensorView, Vector
 from ..ops.registry import OpKind
 from .kernel_builder import KernelBuilder, TensorParam, kernel_source
-from ..segment.loop_domain import LoopDomain, NotFusable, build_loop_domain, memory_operands
+from ..segment.loop_domain import LoopDomain, NotFusable, build_loop_domain, column_dims, memory_operands
 
 _SIG_DTYPE = {
     torch.float32: "fp32", torch.float64: "fp64", torch.float16: "fp16", torch.bfloat16: "bf16",
@@ -139,7 +139,9 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
     host_tensors = [v for v in segment.inputs if isinstance(v, TensorView) and v.is_cpu]
     if not outputs:
         raise NotFusable("segment has no tensor outputs")
-    reduction = next((e for e in kernel_exprs if e.op.kind is OpKind.REDUCTION and e.op.reduced_dims(e)), None)
+    # Reductions and scans work along the kernel's columns: either makes it a row kernel.
+    reduction = next((e for e in kernel_exprs if column_dims(e)), None)
+    has_scan = any(e.op.kind is OpKind.SCAN for e in kernel_exprs)
     if reduction is not None:
         reference = next(v for v in reduction.inputs if isinstance(v, TensorView))
         ref_meta = next((metas[id(t)] for t in inputs if t.ndim == reference.ndim), None)
@@ -234,6 +236,8 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
         mode = "pointwise"
     elif n_cols <= TUNING["persistent_max_cols"]:
         mode = "persistent"
+    elif has_scan:
+        raise NotFusable(f"a scan over {n_cols} columns (generated scans keep the whole row in registers)")
     else:
         mode = "looped"
     block_r, block_c, num_warps = _blocks(mode, n_rows, n_cols, max(p.dtype.itemsize for p in params))

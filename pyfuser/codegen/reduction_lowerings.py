@@ -2,6 +2,10 @@
 
 Inside a kernel the reduced dims are the kernel's column dims (segment/loop_domain.py): a reduction folds the
 column tile of each row; keepdim only changes which loop dims the output has.
+
+cumsum scans the column dim of a persistent kernel (the whole row in registers) with ``tl.cumsum``. Only
+integer and Bool inputs are lowered: their sums are exact in any order, while a float scan's rounding depends on
+its order (eager's sequential or CUDA-parallel scan versus Triton's tree), so float cumsum runs on ATen.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import torch
 from ..ir.dtypes import DataType
 from ..ops.registry import attach
 from ..segment.loop_domain import NotFusable
-from .lowering import check_real, out_dtype
+from .lowering import _operand, check_real, out_dtype
 
 
 def _lower_input(node, kb, x):
@@ -66,3 +70,22 @@ for _name in ("sum", "prod", "max", "min"):
 attach("var", lower=_lower_var_mean)
 attach("var_mean", lower=_lower_var_mean)
 attach("welford", lower=_lower_welford)
+
+
+def _cumsum_refusal(node):
+    compute = node.info.get("compute")
+    if compute is None or compute.is_floating_point or compute.is_complex:
+        return "fd.ops.cumsum of floating values runs on ATen (a scan's rounding depends on its order)"
+    return None
+
+
+def _lower_cumsum(node, kb, arg, dim, init=None):
+    x = kb.cast(arg, node.info["compute"])
+    r = kb.scan("cumsum", x)
+    if init is not None:
+        r = kb.op("{0} + {1}", [r, _operand(kb, init, x.dtype)], x.dtype)
+    return kb.cast(r, out_dtype(node))
+
+
+_lower_cumsum.refusal = _cumsum_refusal
+attach("cumsum", lower=_lower_cumsum)

@@ -5,6 +5,8 @@
 - pad: the input shifted by the left widths (negative widths crop), loaded only inside the input's extent, the
   pad value (cast to the tensor's dtype, as ``F.pad`` does) elsewhere;
 - cat: each input shifted to its offset along the cat dim and loaded only there; the coordinate selects which.
+  An input one element wide along the cat dim (a size-1 broadcast: a column of counts, a ``full``) is the same
+  at every cat coordinate, so it may be computed in the same kernel instead of read from memory.
 
 Only bounds and widths known when the fusion is defined are lowered; others (symbolic scalars) run on ATen.
 """
@@ -16,6 +18,7 @@ import torch
 from ..ir.dtypes import is_complex
 from ..ops.registry import attach
 from ..segment.loop_domain import NotFusable
+from .kernel_builder import KValue
 from .lowering import _operand, out_dtype
 from .memory_views import (
     Access,
@@ -135,44 +138,52 @@ def _emit_pad(node, kb, access, arg, pad_widths, value=None):
 # --- cat ---------------------------------------------------------------------------------------------------
 
 
+def _constant_along(tv, dim: int) -> bool:
+    """Whether ``tv`` is one element wide along ``dim`` (a size-1 broadcast dim): its value at any cat
+    coordinate is its value at its own coordinates, so the kernel may compute it instead of reading it."""
+    d = tv.logical[dim]
+    return d.is_broadcast and not d.expanded
+
+
 def _cat_operands(node):
-    return list(node.args[0])
+    dim = node.kwargs["dim"]
+    return [t for t in node.args[0] if not _constant_along(t, dim)]
 
 
 def _plan_cat(node, metas):
+    """Views for the inputs read from memory; every input's [lo, hi) range along the cat dim."""
     out, dim = node.outputs[0], node.kwargs["dim"]
-    out_sizes = None
-    views, ranges, offset = [], [], 0
+    views, parts, offset = [], [], 0
     for src in node.args[0]:
+        if _constant_along(src, dim):
+            parts.append((None, offset, offset + 1))
+            offset += 1
+            continue
         require_gpu_tensor(node, src)
         meta = metas[id(src)]
         n = int(meta.sizes[dim])
-        if out_sizes is None:
-            out_sizes = list(meta.sizes)
         if n == 0:  # contributes nothing (and an empty tensor cannot be read)
             continue
         strides = view_strides(meta)
-        views.append(View(src, out, (), strides, -offset * strides[dim]))
-        ranges.append((offset, offset + n))
+        views.append(View(src, out, tuple(meta.sizes), strides, -offset * strides[dim]))
+        parts.append((views[-1], offset, offset + n))
         offset += n
-    if not views:
-        raise NotFusable("fd.ops.cat of inputs that are all empty along the cat dim")
-    out_sizes[dim] = offset
     for v in views:
-        v.sizes = tuple(out_sizes)
-    return Access(views, [(out, dim)], {"ranges": ranges})
+        v.sizes = v.sizes[:dim] + (offset,) + v.sizes[dim + 1:]
+    return Access(views, [(out, dim)], {"parts": parts})
 
 
 def _emit_cat(node, kb, access, tensors, dim=0, manual_padding=False):
     out = node.outputs[0]
     coord = kb.coordinate_of(out, node.kwargs["dim"])
+    computed = iter(t for t in tensors if isinstance(t, KValue))  # the inputs constant along the cat dim
     parts = []
-    for view, (lo, hi) in zip(access.views, access.info["ranges"]):
+    for view, lo, hi in access.info["parts"]:
         inside = bounds_mask(kb, coord, lo, hi)
-        parts.append((inside, kb.load(view.param, mask=inside)))
+        parts.append((inside, next(computed) if view is None else kb.load(view.param, mask=inside)))
     result = parts[-1][1]
-    for inside, loaded in reversed(parts[:-1]):
-        result = kb.op("tl.where({0}, {1}, {2})", [inside, loaded, result], out_dtype(node))
+    for inside, value in reversed(parts[:-1]):
+        result = kb.op("tl.where({0}, {1}, {2})", [inside, value, result], out_dtype(node))
     return result
 
 

@@ -1,13 +1,124 @@
-"""Triton lowerings of the view ops that only re-index, attached to the registry by name.
+"""Triton lowerings of the view ops, attached to the registry by name.
 
-Inside a kernel such a view changes nothing but which loop dims its value is indexed by (the op's ``loop_map``
-says which); the value itself passes through.
+- broadcast, expand, permute, squeeze, stride_order: inside a kernel such a view changes nothing but which loop
+  dims its value is indexed by (the op's ``loop_map`` says which); the value itself passes through;
+- select and reshape: memory reads (memory_views.py) of their input through a view: select drops a dim at a
+  fixed position (``base`` = index * stride), reshape re-strides the input where ``Tensor.view`` can (the strides
+  torch's own view computes, on the actual layout). A reshape that needs a copy sends its segment to ATen;
+- full and iota: no operands; full is its fill value (converted as ``torch.full`` converts it), iota is
+  ``start + i * step`` in the compute dtype from the coordinate ``i`` of its dim.
+
+A select or reshape returned as a fusion output is not lowered: the segmenter keeps it an ATen view of its
+input, as eager returns it.
 """
 
 from __future__ import annotations
 
+import torch
+
+from ..ir.dtypes import DataType, compute_dtype, is_complex, to_torch_dtype
 from ..ops.registry import attach
-from .lowering import identity_view
+from ..segment.loop_domain import NotFusable
+from .lowering import _operand, identity_view, out_dtype
+from .memory_views import Access, MemoryReadLowering, View, require_gpu_tensor, static_int, view_strides
 
 for _name in ("broadcast", "broadcast_in_dim", "expand", "permute", "squeeze", "stride_order"):
     attach(_name, lower=identity_view)
+
+
+def _first_operand(node):
+    return [node.args[0]]
+
+
+def _no_operands(node):
+    return []
+
+
+def _real_only(node):
+    if is_complex(node.outputs[0].dtype):
+        return f"fd.ops.{node.op.name} on complex values has no Triton lowering"
+    return None
+
+
+# --- select ------------------------------------------------------------------------------------------------
+
+
+def _select_refusal(node):
+    if static_int(node.args[1]) is None:
+        return "fd.ops.select with an index known only at run time runs on ATen"
+    return _real_only(node)
+
+
+def _plan_select(node, metas):
+    src, out, dim = node.args[0], node.outputs[0], node.kwargs["dim"]
+    require_gpu_tensor(node, src)
+    meta = metas[id(src)]
+    n, index = int(meta.sizes[dim]), static_int(node.args[1])
+    if not -n <= index < n:  # ATen raises the op's own error
+        raise NotFusable(f"fd.ops.select index {index} out of range for dim {dim} of extent {n}")
+    index += n if index < 0 else 0
+    keep = [d for d in range(src.ndim) if d != dim]
+    strides = view_strides(meta)
+    sizes = tuple(int(meta.sizes[d]) for d in keep)
+    return Access([View(src, out, sizes, tuple(strides[d] for d in keep), index * int(meta.strides[dim]))])
+
+
+def _emit_view(node, kb, access, *args, **kwargs):
+    return kb.load(access.views[0].param)
+
+
+# --- reshape -----------------------------------------------------------------------------------------------
+
+
+def _reshape_refusal(node):
+    if any(static_int(s) is None for s in node.kwargs["new_shape"]):
+        return "fd.ops.reshape to a shape known only at run time runs on ATen"
+    return _real_only(node)
+
+
+def _plan_reshape(node, metas):
+    src, out = node.args[0], node.outputs[0]
+    require_gpu_tensor(node, src)
+    meta = metas[id(src)]
+    shape = [static_int(s) for s in node.kwargs["new_shape"]]
+    probe = torch.empty_strided(tuple(meta.sizes), tuple(meta.strides), device="meta")
+    try:
+        viewed = probe.view(shape)
+    except RuntimeError as e:
+        raise NotFusable(f"fd.ops.reshape of {src.name} needs a copy on this layout ({e})") from None
+    sizes = tuple(viewed.shape)
+    strides = tuple(0 if n == 1 else s for n, s in zip(sizes, viewed.stride()))
+    return Access([View(src, out, sizes, strides)])
+
+
+# --- full, iota --------------------------------------------------------------------------------------------
+
+
+def _plan_nothing(node, metas):
+    return Access([])
+
+
+def _emit_full(node, kb, access, shape, fill_value, dtype):
+    target = out_dtype(node)
+    return kb.cast(_operand(kb, fill_value, target), target)
+
+
+def _plan_iota(node, metas):
+    return Access([], [(node.outputs[0], 0)])
+
+
+def _emit_iota(node, kb, access, length, start=None, step=None, dtype=DataType.Int):
+    target = out_dtype(node)
+    compute = to_torch_dtype(compute_dtype(node.outputs[0].dtype))
+    i = kb.cast(kb.coordinate_of(node.outputs[0], 0), compute)
+    if step is not None:
+        i = kb.op("{0} * {1}", [i, _operand(kb, step, compute)], compute)
+    if start is not None:
+        i = kb.op("{0} + {1}", [i, _operand(kb, start, compute)], compute)
+    return kb.cast(i, target)
+
+
+attach("select", lower=MemoryReadLowering(_first_operand, _plan_select, _emit_view, _select_refusal))
+attach("reshape", lower=MemoryReadLowering(_first_operand, _plan_reshape, _emit_view, _reshape_refusal))
+attach("full", lower=MemoryReadLowering(_no_operands, _plan_nothing, _emit_full, _real_only))
+attach("iota", lower=MemoryReadLowering(_no_operands, _plan_iota, _emit_iota, _real_only))

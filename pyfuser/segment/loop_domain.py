@@ -11,8 +11,8 @@ index tensor does share loop dims with the output, which (``lower.loop_map``). A
 part in the loop domain, and it must come from outside the segment: a value computed in the kernel exists only
 at the kernel's own coordinates.
 
-Reduction exprs name the loop dims they reduce. A segment is one kernel only if all its reductions reduce the
-same loop dims; those become the kernel's "column" dims, the rest its "row" dims (pointwise segments take the
+Reduction exprs name the loop dims they reduce, scans (cumsum) the dim they scan. A segment is one kernel only if
+all its reductions and scans reduce/scan the same loop dims; those become the kernel's "column" dims, the rest its "row" dims (pointwise segments take the
 innermost dim of their reference output as the column dim, for a 2-D tile).
 """
 
@@ -66,6 +66,15 @@ def memory_operands(node: Expr) -> list:
     """The tensors ``node`` reads from global memory at remapped coordinates (empty for ordinary ops)."""
     fn = getattr(node.op.lower, "memory_operands", None)
     return list(fn(node)) if fn is not None else []
+
+
+def column_dims(node: Expr):
+    """The input dims a reduction reduces or a scan scans (they must be the kernel's column dims), else None."""
+    if node.op.kind is OpKind.REDUCTION:
+        return list(node.op.reduced_dims(node))
+    if node.op.kind is OpKind.SCAN:
+        return [node.kwargs["dim"]]
+    return None
 
 
 def lowering_refusal(node: Expr):
@@ -152,13 +161,14 @@ def build_loop_domain(
 
     reduced: set = set()
     for e in exprs:
-        if e.op.kind is OpKind.REDUCTION:
+        dims = column_dims(e)
+        if dims is not None:
             inp = next(v for v in e.inputs if isinstance(v, TensorView))
-            these = {uf.find((id(inp), d)) for d in e.op.reduced_dims(e)}
+            these = {uf.find((id(inp), d)) for d in dims}
             if not these:  # reducing no dims is a copy
                 continue
             if reduced and these != reduced:
-                raise NotFusable("reductions over different dims in one segment")
+                raise NotFusable("reductions or scans over different dims in one segment")
             reduced = these
 
     dims_of = {tid: [uf.find((tid, d)) for d in range(tv.ndim)] for tid, tv in tensors.items()}

@@ -21,7 +21,7 @@ from ..ir.fusion import Fusion
 from ..ir.nodes import Expr, Scalar, TensorView, Val, Vector
 from ..ir.packing import is_packed_fp4
 from ..ops.registry import OpKind
-from .loop_domain import NotFusable, build_loop_domain, lowering_refusal
+from .loop_domain import NotFusable, build_loop_domain, column_dims, lowering_refusal
 
 
 class SchedulerKind(enum.Enum):
@@ -137,17 +137,27 @@ def _split_kernel_group(group: list[Expr]) -> list[list[Expr]]:
             target.sort(key=lambda e: position[id(e)])
     result = []
     for comp in comps.values():
-        if _one_kernel(comp):
-            result.append(comp)
-            continue
-        piece: list[Expr] = []
-        for e in comp:
-            if piece and not _one_kernel(piece + [e]):
-                result.append(piece)
-                piece = []
-            piece.append(e)
-        result.append(piece)
+        rest = comp
+        while rest:
+            n = _longest_kernel_prefix(rest)
+            result.append(rest[:n])
+            rest = rest[n:]
     return result
+
+
+def _longest_kernel_prefix(exprs: list[Expr]) -> int:
+    """The length of the longest prefix of ``exprs`` (topological order) that is one kernel, at least 1. A prefix
+    may stop covering one iteration space and cover one again further on (an iota broadcast to [M, E] next to
+    ids broadcast to [M, E] share loop dims only once the op comparing them joins), so the search goes on past
+    such prefixes and stops only where no longer prefix can be one kernel (different reduction dims, a memory
+    read of a value made in the prefix, ...)."""
+    best = 1
+    for n in range(2, len(exprs) + 1):
+        if not _one_kernel(exprs[:n], require_covering=False):
+            break
+        if _one_kernel(exprs[:n]):
+            best = n
+    return best
 
 
 def _kernel_clusters(exprs: list[Expr], kind: dict) -> dict[int, int]:
@@ -225,7 +235,7 @@ def _scheduler_kind(kind: Optional[str], exprs: list[Expr]) -> SchedulerKind:
         return SchedulerKind.EXPR_EVAL
     if kind == _OWN_KERNEL:  # scheduled like a pointwise op over its input (layout_op.md)
         return SchedulerKind.POINTWISE
-    reductions = [e for e in exprs if e.op.kind is OpKind.REDUCTION and e.op.reduced_dims(e)]
+    reductions = [e for e in exprs if column_dims(e)]
     if not reductions:
         return SchedulerKind.POINTWISE
     # A normalization (softmax, layer norm) combines a reduction's result with values that still vary along
