@@ -249,6 +249,22 @@ def host_overhead(dev):
     return result
 
 
+def segment_counts(rows, dev):
+    """Segments per fusion where splitting costs launches and round trips through memory: slice+add+mul (from
+    its timed rows) and the NVFP4 MoE layer (pyfuser/demo/moe_nvfp4.py; the count depends only on the
+    definition, so small sizes serve)."""
+    from pyfuser.demo.moe_nvfp4 import MoEConfig, MoENVFP4, make_weights, quantize_weights
+
+    counts = {f"{r['case']} {r['shape']}": len(r["segments"]) for r in rows if r["case"] == "slice+add+mul"}
+    cfg = MoEConfig()
+    layer = MoENVFP4(cfg, quantize_weights(make_weights(cfg, device=dev)))
+    layer(torch.randn(64, cfg.hidden, device=dev, dtype=torch.bfloat16))
+    reports = layer.fusion(64).last_execution()
+    counts["NVFP4 MoE layer"] = len(reports)
+    counts["NVFP4 MoE layer (kinds)"] = [f"{r.kind} ({r.runs_as}): {', '.join(r.ops)}" for r in reports]
+    return counts
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="benchmarks/results")
@@ -271,10 +287,12 @@ def main():
     print(json.dumps(rows[-1]))
     overhead = host_overhead(dev)
     print(json.dumps(overhead))
-    report(args.out, copy_bw, rows, overhead)
+    counts = segment_counts(rows, dev)
+    print(json.dumps(counts))
+    report(args.out, copy_bw, rows, overhead, counts)
 
 
-def report(out_dir, copy_bw, rows, overhead):
+def report(out_dir, copy_bw, rows, overhead, counts):
     os.makedirs(out_dir, exist_ok=True)
     day = datetime.date.today().isoformat()
     meta = {
@@ -285,7 +303,7 @@ def report(out_dir, copy_bw, rows, overhead):
         "copy_GBs": copy_bw,
     }
     with open(os.path.join(out_dir, f"{day}-fusions.json"), "w") as f:
-        json.dump({"meta": meta, "cases": rows, "host_overhead_us": overhead}, f, indent=1)
+        json.dump({"meta": meta, "cases": rows, "host_overhead_us": overhead, "segment_counts": counts}, f, indent=1)
     lines = [
         f"# Fusion benchmarks, {day}",
         "",
@@ -304,6 +322,9 @@ def report(out_dir, copy_bw, rows, overhead):
         )
     lines += ["", "Host time per cached call (µs, tiny inputs):", ""]
     lines += [f"- {k}: {v:.1f}" if isinstance(v, float) else f"- {k}: {v}" for k, v in overhead.items()]
+    lines += ["", "Segments per fusion:", ""]
+    for k, v in counts.items():
+        lines += [f"- {k}: {v}"] if not isinstance(v, list) else [f"- {k}:"] + [f"  - {x}" for x in v]
     with open(os.path.join(out_dir, f"{day}-fusions.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
