@@ -238,6 +238,44 @@ def test_validate_returns_outputs_and_takes_device():
         fd.validate([x], [torch.exp(x) + 1])
 
 
+def _expanded_input():
+    """[4, 3, 5] with stride 0 on dims 0 and 1 (an input nvFuser declares with contiguity None and shape -1),
+    read from an offset into a larger buffer, with special values."""
+    base = torch.randn(12)
+    base[3], base[4], base[5] = float("nan"), float("-inf"), -0.0
+    return base[3:8].as_strided((4, 3, 5), (0, 0, 1), 3)
+
+
+@pytest.mark.parametrize("neg_view", [False, True])
+def test_validate_keeps_expanded_input_strides_for_the_reference(neg_view):
+    x = _expanded_input()
+    if neg_view:
+        x = torch._neg_view(x)
+    y = make((4, 3, 5))
+
+    def fusion(fd):
+        tx = fd.define_tensor(shape=[-1, -1, -1], contiguity=[None, None, True], dtype=DataType.Float)
+        ty = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(fd.ops.mul(tx, ty), [0]))
+
+    fd = defined(fusion)
+    out = fd.validate([x, y])
+    torch.testing.assert_close(out[0], (x * y).sum(0), equal_nan=True)
+    assert x.stride() == (0, 0, 1)  # the caller's tensor is untouched
+
+
+def test_reference_copies_keep_sizes_and_strides_and_own_their_memory():
+    from pyfuser.frontend.validation import same_layout_copy
+
+    for x in (_expanded_input(), transposed((3, 4))[1:], torch.randn(2, 1).expand(2, 6)[:, 1:4],
+              torch._neg_view(torch.randn(3, 1).expand(3, 2)), torch.empty(0, 3).expand(2, 0, 3)):
+        c = same_layout_copy(x)
+        assert c.shape == x.shape and c.stride() == x.stride() and not c.is_neg()
+        torch.testing.assert_close(c, x, equal_nan=True)
+        if x.numel():
+            assert c.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+
+
 def test_manual_validate_and_manual_execute_exclusive_with_execute():
     x = make((3, 4))
     x[0, 0] = float("nan")

@@ -30,8 +30,22 @@ def reference_run(fusion, inputs: Sequence[Any]) -> tuple[list, list[int]]:
 
 def fake_free_copies(inputs: Sequence[Any]) -> list:
     """Copies of the inputs for the reference evaluation: aliased outputs write into their inputs, and the
-    reference must not see (or cause) those writes."""
-    return [x.clone() if isinstance(x, torch.Tensor) else copy.deepcopy(x) for x in inputs]
+    reference must not see (or cause) those writes. Each copy keeps its input's sizes and strides (stride-0
+    expanded dims included), so it binds to the definition exactly as the input does."""
+    return [same_layout_copy(x) if isinstance(x, torch.Tensor) else copy.deepcopy(x) for x in inputs]
+
+
+def same_layout_copy(x: torch.Tensor) -> torch.Tensor:
+    """A copy of ``x`` with its sizes and strides. ``clone()`` keeps the strides of dense tensors only: it would
+    materialize a stride-0 (expanded) dim, which the definition may declare as an expanded broadcast, and make
+    a sliced tensor row-major whatever its declared stride order."""
+    if x.numel() == 0:
+        return x.clone()
+    # The memory x addresses, from its first element to its last (torch strides are never negative), copied
+    # and viewed with x's sizes and strides. A negative or conjugate view's bits are resolved by the clone.
+    span = 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride()))
+    flat = x.as_strided((span,), (1,), x.storage_offset()).clone()
+    return flat.as_strided(x.shape, x.stride())
 
 
 # (reduction size, max abs error measured): float32 (also used for double and complex), and half / bfloat16.
