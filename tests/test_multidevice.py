@@ -579,3 +579,24 @@ def test_single_device_paths_refuse_a_sharded_fusion():
             call()
     with pytest.raises(UnsupportedOpError, match="device meshes"):
         pyfuser.LRUCache(2).cache_compile(fd.fusion)
+
+
+def test_plan_computes_in_the_annotated_output_placement():
+    """x sharded on dim 0, y on dim 1, the output annotated on dim 1: one all-to-all (of x), none after."""
+    from pyfuser.distributed.plan import LocalStage, Reshard, build_plan
+
+    mesh = pyfuser.multidevice.DeviceMesh([0, 1])
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([4, 6], contiguity=True, dtype=DataType.Float)
+        y = fd.define_tensor([4, 6], contiguity=True, dtype=DataType.Float)
+        out = fd.ops.add(x, y)
+        fd.add_output(out)
+        _sharded_input(fd, x, mesh, 0)
+        _sharded_input(fd, y, mesh, 1)
+        out.set_device_mesh(mesh)
+        out.outer_split(1, 2)
+        out.axis(1).parallelize(MESH_X)
+    plan = build_plan(fd.fusion, mesh)
+    assert [type(st) for st in plan.steps] == [Reshard, LocalStage]
+    assert plan.steps[0].source[0] is x and (plan.steps[0].source[1], plan.steps[0].target[1]) == (0, 1)
+    assert plan.output_placements() == [1]

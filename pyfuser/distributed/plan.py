@@ -6,8 +6,9 @@ into equal contiguous blocks over the mesh. Inputs and annotated tensors have th
 input without a mesh is replicated); the others take the placement their op computes in. Op by op:
 
 - an op whose dims map onto its output's (pointwise ops, broadcasts, permute, squeeze, reductions' kept dims)
-  computes where its first sharded input is sharded: the other inputs are brought to the matching dim
-  (replicated -> a local block, no communication; sharded elsewhere -> all-to-all);
+  computes in the output's annotated placement if a sharded input maps to it, else where its first sharded
+  input is sharded: the other inputs are brought to the matching dim (replicated -> a local block, no
+  communication; sharded elsewhere -> all-to-all);
 - a reduction (sum, max, min, prod) over a sharded dim, or linear/matmul contracting one, computes partial
   results locally and combines them: all-reduce, or reduce-scatter when the output is annotated sharded;
 - any other op with a sharded input gathers it first (all-gather) and runs replicated;
@@ -274,19 +275,26 @@ def build_plan(fusion, mesh: DeviceMesh, input_placements: Optional[Sequence] = 
         if kind is not None:
             out = outs[0]
             partial_dims = set(map(lambda p: (id(p[0]), p[1]), (contracted or []) + reduced))
+            candidates = []  # what each sharded input would have the op compute as, in input order
             for t in tins:
                 p = placement[id(t)]
                 if p is None:
                     continue
                 if (id(t), p) in partial_dims:
-                    exec_place = PARTIAL
-                    break
+                    candidates.append(PARTIAL)
+                    continue
                 o = next((od for (ov, od), (iv, idim) in pairs if iv is t and idim == p and ov is out), None)
                 if o is not None and not _size1(out, o):
-                    exec_place = o
-                    break
-            else:
-                exec_place = None
+                    candidates.append(o)
+            # The output's own annotated placement wins when an input already computes it (no resharding after);
+            # then partial results (they need a combination anyway), then the first sharded input.
+            _, wanted = declared(out)
+            if wanted is not None and wanted in candidates:
+                exec_place = wanted
+            elif PARTIAL in candidates:
+                exec_place = PARTIAL
+            elif candidates:
+                exec_place = candidates[0]
         # What each input must be for the op to run locally.
         input_keys = {}
         bias = _linear_bias(e)
