@@ -358,3 +358,55 @@ def test_float_cumsum_and_long_scans_run_on_aten():
     (out,) = fd.execute([y])
     assert [r.runs_as for r in fd.last_execution()] == ["aten"]
     bits_equal(out, torch.cumsum(y, 1))
+
+
+# --- independent computations over equal static extents --------------------------------------------------------
+
+
+def test_independent_chains_of_equal_static_extents_share_a_kernel():
+    # two cumsum chains over [6] (the MoE layer's token and block-scale offsets), each from its own input
+    def fn(fd):
+        a = fd.define_tensor([6], contiguity=[True], dtype=DataType.Int32)
+        b = fd.define_tensor([6], contiguity=[True], dtype=DataType.Int32)
+        for t in (a, b):
+            fd.add_output(fd.ops.cast(fd.ops.sub(fd.ops.cumsum(t, 0), t), DataType.Int32))
+
+    a, b = make((6,), torch.int32), make((6,), torch.int32)
+    ref = lambda a, b: [(torch.cumsum(t, 0) - t).int() for t in (a, b)]  # noqa: E731
+    outs = check_fusion(fn, [a, b], ref)
+    for o, r in zip(outs, ref(a, b)):
+        bits_equal(o, r)
+    fd = define(fn)
+    fd.execute([a, b])
+    assert kernel_count(fd) == 1
+
+
+def test_independent_chains_of_symbolic_or_different_extents_stay_apart():
+    def fn(fd, static):
+        a = fd.define_tensor([4, 5] if static else [-1, -1], contiguity=[True, True])
+        b = fd.define_tensor([4, 6] if static else [-1, -1], contiguity=[True, True])
+        fd.add_output(fd.ops.neg(a))
+        fd.add_output(fd.ops.sum(b, dims=[1]))
+
+    a, b = make((4, 5)), make((4, 6))
+    for static in (True, False):
+        fd = define(lambda fd: fn(fd, static))
+        outs = fd.execute([a, b])
+        bits_equal(outs[0], -a)
+        torch.testing.assert_close(outs[1], b.sum(1))
+        assert kernel_count(fd) == 2
+
+
+def test_equal_static_extents_with_different_reductions_stay_apart():
+    def fn(fd):
+        a = fd.define_tensor([4, 5], contiguity=[True, True])
+        b = fd.define_tensor([4, 5], contiguity=[True, True])
+        fd.add_output(fd.ops.sum(a, dims=[1]))
+        fd.add_output(fd.ops.sum(b, dims=[0]))
+
+    a, b = make((4, 5)), make((4, 5))
+    fd = define(fn)
+    outs = fd.execute([a, b])
+    torch.testing.assert_close(outs[0], a.sum(1))
+    torch.testing.assert_close(outs[1], b.sum(0))
+    assert kernel_count(fd) == 2

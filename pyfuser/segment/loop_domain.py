@@ -121,6 +121,37 @@ class LoopDomain:
         return any(d in self.col_dims for d, dom in zip(self.dims_of[id(tv)], tv.logical) if not dom.is_broadcast)
 
 
+def _static_shape(tv: TensorView):
+    """(extent, is_broadcast) per dim when every iterated extent is known at definition time, else None."""
+    shape = []
+    for dom in tv.logical:
+        if not dom.is_broadcast and dom.extent is None:
+            return None
+        shape.append((None if dom.is_broadcast else dom.extent, dom.is_broadcast))
+    return tuple(shape)
+
+
+def _join_parallel_spaces(uf: _UnionFind, tensors: dict) -> None:
+    """Computations that share no loop dims (two cumsum chains over [E], two [E, 3] concatenations) but iterate
+    spaces of the same extents, known when the fusion is defined, run as one kernel: their widest tensors' dims
+    become the same loop dims, position by position. Each tensor still reads only its own dims, so nothing
+    combines values across them; a tensor that would then have two dims on one loop dim is refused later."""
+    widest: dict = {}
+    for tid, tv in tensors.items():
+        real = frozenset(uf.find((tid, d)) for d, dom in enumerate(tv.logical) if not dom.is_broadcast)
+        widest.setdefault(real, tv)
+    maximal = [tv for s, tv in widest.items() if not any(s < other for other in widest)]
+    if len(maximal) < 2:
+        return  # one tensor covers the iteration space (or there is none)
+    shape = _static_shape(maximal[0])
+    if shape is None or any(_static_shape(tv) != shape for tv in maximal[1:]):
+        return
+    for tv in maximal[1:]:
+        for d, dom in enumerate(tv.logical):
+            if not dom.is_broadcast:
+                uf.union((id(maximal[0]), d), (id(tv), d))
+
+
 def build_loop_domain(
     exprs: list[Expr], reference: Optional[TensorView] = None, layout_order=None, require_covering: bool = True
 ) -> LoopDomain:
@@ -158,6 +189,8 @@ def build_loop_domain(
             if _size1(o.logical[od]) or _size1(i.logical[idim]):
                 continue
             uf.union((id(o), od), (id(i), idim))
+
+    _join_parallel_spaces(uf, tensors)
 
     reduced: set = set()
     for e in exprs:

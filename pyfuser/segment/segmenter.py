@@ -145,6 +145,20 @@ def _split_kernel_group(group: list[Expr]) -> list[list[Expr]]:
     return result
 
 
+def _merge_neighbour_kernels(pieces: list) -> list:
+    """Consecutive kernel pieces that together are still one kernel become one (e.g. independent computations
+    over equal static extents: segment/loop_domain.py joins their iteration spaces). Consecutive pieces keep
+    every segment reading only values of earlier ones. ``segment_set`` still ends a segment."""
+    out: list = []
+    for k, g in pieces:
+        if (out and k == _KERNEL and out[-1][0] == _KERNEL and out[-1][1][-1].op.name != "segment_set"
+                and _one_kernel(out[-1][1] + g)):
+            out[-1] = (k, out[-1][1] + g)
+        else:
+            out.append((k, g))
+    return out
+
+
 def _longest_kernel_prefix(exprs: list[Expr]) -> int:
     """The length of the longest prefix of ``exprs`` (topological order) that is one kernel, at least 1. A prefix
     may stop covering one iteration space and cover one again further on (an iota broadcast to [M, E] next to
@@ -225,6 +239,7 @@ def segment_fusion(fusion: Fusion) -> SegmentedFusion:
     split = []
     for k, g in groups:
         split.extend((k, piece) for piece in (_split_kernel_group(g) if k == _KERNEL else [g]))
+    split = _merge_neighbour_kernels(split)
     segments = [Segment(i, _scheduler_kind(k, g), g) for i, (k, g) in enumerate(split)]
     _wire(fusion, segments)
     return SegmentedFusion(fusion, segments)
