@@ -518,8 +518,10 @@ def _fp4_cast(node, arg):
 
 
 def _cast_meta(node, arg, dtype=None):
+    if not isinstance(arg, torch.Tensor):  # a scalar, perhaps a literal (then the node has no inputs)
+        return _cast_eval(node, arg, dtype)
     src, out = node.inputs[0], node.outputs[0]
-    if not isinstance(arg, torch.Tensor) or not (is_packed_fp4(src) or is_packed_fp4(out)):
+    if not (is_packed_fp4(src) or is_packed_fp4(out)):
         return _cast_eval(node, arg, dtype)
     sizes, strides = unpacked(src, arg.shape, arg.stride())
     if is_packed_fp4(out):

@@ -41,7 +41,7 @@ from .common import (
     operand_dtype,
     require_tensor,
 )
-from .registry import OpKind, OpResult, register
+from .registry import OpKind, OpResult, get, register
 
 # This module defines an op named ``slice``; evaluators need Python's.
 _py_slice = builtins.slice
@@ -281,7 +281,7 @@ def reshape(arg, new_shape):
     """fd.ops.reshape(arg, new_shape): ints, Int scalars or a Vector; one -1 is inferred."""
     op = "reshape"
     tv = require_tensor(op, arg, "arg")
-    canon_shape, targets = _int_list(op, new_shape, "new_shape")
+    canon_shape, targets = _int_list(op, _index_extents(new_shape), "new_shape")
     sizes = [extent_of(t) for t in targets]
     for i, s in enumerate(sizes):
         if s is not None and s < -1:
@@ -312,6 +312,16 @@ def reshape(arg, new_shape):
     # A static extent of 1 is a broadcast dim, as in nvFuser's static reshape.
     domain = [IterDomain.broadcast() if s == 1 else IterDomain.iteration(s) for s in sizes]
     return _result(op, tv, domain, kwargs={"new_shape": canon_shape}, extra_vals=targets)
+
+
+def _index_extents(new_shape):
+    """nvFuser converts each of reshape's new extents to its index type, so a floating scalar (say ``192 *
+    reciprocal(n)``, which is Float) is accepted and truncated toward zero: such entries become ``cast(s, Int)``
+    nodes. Python floats stay refused, as nvFuser's bindings refuse them."""
+    if not isinstance(new_shape, (list, tuple)):
+        return new_shape
+    cast = get("cast").builder
+    return [cast(s, DataType.Int) if isinstance(s, Scalar) and is_floating(s.dtype) else s for s in new_shape]
 
 
 def _print_sizes(entries) -> list:
