@@ -410,3 +410,16 @@ def test_equal_static_extents_with_different_reductions_stay_apart():
     torch.testing.assert_close(outs[0], a.sum(1))
     torch.testing.assert_close(outs[1], b.sum(0))
     assert kernel_count(fd) == 2
+
+
+def test_cat_input_also_read_directly():
+    # x is read through views by cat and at the kernel's own coordinates by the other output
+    x, c = specials((4, 3)), make((4, 1))
+
+    def fn(fd):
+        tx, tc = fd.from_pytorch(x), fd.from_pytorch(c)
+        fd.add_output(fd.ops.cat([tx, tc, tx], 1))
+        fd.add_output(fd.ops.abs(tx))
+
+    outs = check_fusion(fn, [x, c], lambda x, c: [torch.cat([x, c, x], 1), torch.abs(x)])
+    bits_equal(outs[0], torch.cat([x, c, x], 1))

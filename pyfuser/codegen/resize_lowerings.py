@@ -18,7 +18,6 @@ import torch
 from ..ir.dtypes import is_complex
 from ..ops.registry import attach
 from ..segment.loop_domain import NotFusable
-from .kernel_builder import KValue
 from .lowering import _operand, out_dtype
 from .memory_views import (
     Access,
@@ -176,7 +175,10 @@ def _plan_cat(node, metas):
 def _emit_cat(node, kb, access, tensors, dim=0, manual_padding=False):
     out = node.outputs[0]
     coord = kb.coordinate_of(out, node.kwargs["dim"])
-    computed = iter(t for t in tensors if isinstance(t, KValue))  # the inputs constant along the cat dim
+    dim = node.kwargs["dim"]
+    # The inputs constant along the cat dim, computed in this kernel (by position: an input read through a view
+    # may also have a value here, when another op reads it at the kernel's own coordinates).
+    computed = iter(t for t, tv in zip(tensors, node.args[0]) if _constant_along(tv, dim))
     parts = []
     for view, lo, hi in access.info["parts"]:
         inside = bounds_mask(kb, coord, lo, hi)
