@@ -21,89 +21,91 @@ import triton.testing
 from pyfuser import DataType, FusionDefinition
 
 EPS = 1e-5
+# The roofline shapes: a typical hidden size, an odd one, wide rows, many narrow rows, very wide rows.
+SHAPES = [(16384, 4096), (8191, 5000), (4096, 16384), (32768, 1024), (1024, 65536)]
 
 
 # --------------------------------------------------------------------------------------------------------------
 # the fusions, each with its eager twin
 
 
-def gelu_bias_fd(shape):
+def gelu_bias_fd(shape, dt=DataType.BFloat16):
     with FusionDefinition() as fd:
-        x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
-        w = fd.define_tensor([-1], contiguity=[True], dtype=DataType.BFloat16)
-        b = fd.define_tensor([-1], contiguity=[True], dtype=DataType.BFloat16)
+        x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=dt)
+        w = fd.define_tensor([-1], contiguity=[True], dtype=dt)
+        b = fd.define_tensor([-1], contiguity=[True], dtype=dt)
         y = fd.ops.add(fd.ops.mul(x, w), b)  # Float
         inner = fd.ops.mul(fd.ops.add(y, fd.ops.mul(fd.ops.mul(fd.ops.mul(y, y), y), 0.044715)), math.sqrt(2 / math.pi))
         g = fd.ops.mul(fd.ops.mul(y, 0.5), fd.ops.add(fd.ops.tanh(inner), 1.0))
-        fd.add_output(fd.ops.cast(g, DataType.BFloat16))
+        fd.add_output(fd.ops.cast(g, dt))
     return fd
 
 
 def gelu_bias_eager(x, w, b):
-    return torch.nn.functional.gelu(x.float() * w.float() + b.float(), approximate="tanh").to(torch.bfloat16)
+    return torch.nn.functional.gelu(x.float() * w.float() + b.float(), approximate="tanh").to(x.dtype)
 
 
-def rmsnorm_fd(shape):
+def rmsnorm_fd(shape, dt=DataType.BFloat16):
     n = shape[1]
     with FusionDefinition() as fd:
-        x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
-        w = fd.define_tensor([-1], contiguity=[True], dtype=DataType.BFloat16)
+        x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=dt)
+        w = fd.define_tensor([-1], contiguity=[True], dtype=dt)
         xf = fd.ops.cast(x, DataType.Float)
         ms = fd.ops.div(fd.ops.sum(fd.ops.mul(xf, xf), dims=[1], keepdim=True), float(n))
         y = fd.ops.mul(fd.ops.mul(xf, fd.ops.rsqrt(fd.ops.add(ms, EPS))), w)
-        fd.add_output(fd.ops.cast(y, DataType.BFloat16))
+        fd.add_output(fd.ops.cast(y, dt))
     return fd
 
 
 def rmsnorm_eager(x, w):
     xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()).to(torch.bfloat16)
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()).to(x.dtype)
 
 
-def layernorm_fd(shape):
+def layernorm_fd(shape, dt=DataType.BFloat16):
     with FusionDefinition() as fd:
-        x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
-        w = fd.define_tensor([-1], contiguity=[True], dtype=DataType.BFloat16)
-        b = fd.define_tensor([-1], contiguity=[True], dtype=DataType.BFloat16)
+        x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=dt)
+        w = fd.define_tensor([-1], contiguity=[True], dtype=dt)
+        b = fd.define_tensor([-1], contiguity=[True], dtype=dt)
         xf = fd.ops.cast(x, DataType.Float)
         var, mean = fd.ops.var_mean(xf, dims=[1], correction=0, keepdim=True)
         y = fd.ops.add(fd.ops.mul(fd.ops.mul(fd.ops.sub(xf, mean), fd.ops.rsqrt(fd.ops.add(var, EPS))), w), b)
-        fd.add_output(fd.ops.cast(y, DataType.BFloat16))
+        fd.add_output(fd.ops.cast(y, dt))
     return fd
 
 
 def layernorm_eager(x, w, b):
-    return torch.nn.functional.layer_norm(x.float(), (x.shape[1],), w.float(), b.float(), EPS).to(torch.bfloat16)
+    return torch.nn.functional.layer_norm(x.float(), (x.shape[1],), w.float(), b.float(), EPS).to(x.dtype)
 
 
-def softmax_fd(shape):
+def softmax_fd(shape, dt=DataType.BFloat16):
     with FusionDefinition() as fd:
-        x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=dt)
         xf = fd.ops.cast(x, DataType.Float)
         m = fd.ops.max(xf, dims=[1], keepdim=True)
         e = fd.ops.exp(fd.ops.sub(xf, m))
         y = fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True))
-        fd.add_output(fd.ops.cast(y, DataType.BFloat16))
+        fd.add_output(fd.ops.cast(y, dt))
     return fd
 
 
 def softmax_eager(x):
-    return torch.softmax(x.float(), dim=-1).to(torch.bfloat16)
+    return torch.softmax(x.float(), dim=-1).to(x.dtype)
 
 
-def slice_add_mul_fd(shape):
+def slice_add_mul_fd(shape, dt=DataType.BFloat16):
     rows, cols = shape
     with FusionDefinition() as fd:
-        x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
-        y = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=dt)
+        y = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=dt)
         a = fd.ops.slice(x, [0, 1], [rows, cols])
         b = fd.ops.slice(y, [0, 0], [rows, cols - 1])
-        fd.add_output(fd.ops.cast(fd.ops.mul(fd.ops.add(a, b), 0.5), DataType.BFloat16))
+        fd.add_output(fd.ops.cast(fd.ops.mul(fd.ops.add(a, b), 0.5), dt))
     return fd
 
 
 def slice_add_mul_eager(x, y):
-    return ((x[:, 1:].float() + y[:, :-1].float()) * 0.5).to(torch.bfloat16)
+    return ((x[:, 1:].float() + y[:, :-1].float()) * 0.5).to(x.dtype)
 
 
 def issue4888_fd(s, h):
@@ -130,17 +132,23 @@ def issue4888_eager(mask, scores):
     return view, p, p.to(torch.bfloat16)
 
 
-def make_cases(rows, cols, dev):
-    bf = dict(device=dev, dtype=torch.bfloat16)
-    x, y = torch.randn(rows, cols, **bf), torch.randn(rows, cols, **bf)
-    w, b = torch.randn(cols, **bf), torch.randn(cols, **bf)
-    shape = (rows, cols)
+_IO_DTYPES = {torch.bfloat16: DataType.BFloat16, torch.float32: DataType.Float}
+
+
+def make_cases(rows, cols, dev, dtype=torch.bfloat16):
+    """The cases at one shape, with inputs and outputs in ``dtype`` (compute in fp32 either way); fp32 cases are
+    named with an " [fp32]" suffix."""
+    io = dict(device=dev, dtype=dtype)
+    x, y = torch.randn(rows, cols, **io), torch.randn(rows, cols, **io)
+    w, b = torch.randn(cols, **io), torch.randn(cols, **io)
+    shape, dt = (rows, cols), _IO_DTYPES[dtype]
+    tag = "" if dtype == torch.bfloat16 else " [fp32]"
     return [
-        ("gelu(x*w+b)", gelu_bias_fd(shape), gelu_bias_eager, [x, w, b]),
-        ("rmsnorm", rmsnorm_fd(shape), rmsnorm_eager, [x, w]),
-        ("layernorm", layernorm_fd(shape), layernorm_eager, [x, w, b]),
-        ("softmax fp32", softmax_fd(shape), softmax_eager, [x]),
-        ("slice+add+mul", slice_add_mul_fd(shape), slice_add_mul_eager, [x, y]),
+        ("gelu(x*w+b)" + tag, gelu_bias_fd(shape, dt), gelu_bias_eager, [x, w, b]),
+        ("rmsnorm" + tag, rmsnorm_fd(shape, dt), rmsnorm_eager, [x, w]),
+        ("layernorm" + tag, layernorm_fd(shape, dt), layernorm_eager, [x, w, b]),
+        ("softmax fp32" + tag, softmax_fd(shape, dt), softmax_eager, [x]),
+        ("slice+add+mul" + tag, slice_add_mul_fd(shape, dt), slice_add_mul_eager, [x, y]),
     ]
 
 
@@ -269,17 +277,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--quick", action="store_true", help="small shapes (a smoke run)")
+    ap.add_argument("--tag", default="", help="suffix of the result files' names (a second run the same day)")
+    ap.add_argument("--fp32", action="store_true", help="also every case with fp32 inputs and outputs")
     args = ap.parse_args()
     dev = torch.device("cuda")
     torch.manual_seed(0)
     copy_bw = copy_bandwidth(dev)
-    shapes = [(1024, 512)] if args.quick else [(16384, 4096), (8191, 5000)]
+    shapes = [(1024, 512)] if args.quick else SHAPES
     rows = []
     compiled = {}
-    for r, c in shapes:
-        for name, fd, eager, inputs in make_cases(r, c, dev):
-            rows.append(run_case(name, fd, eager, inputs, copy_bw, compiled))
-            print(json.dumps(rows[-1]))
+    for dtype in (torch.bfloat16, torch.float32) if args.fp32 else (torch.bfloat16,):
+        for r, c in shapes:
+            for name, fd, eager, inputs in make_cases(r, c, dev, dtype):
+                rows.append(run_case(name, fd, eager, inputs, copy_bw, compiled))
+                print(json.dumps(rows[-1]), flush=True)
     s, h = (256, 2) if args.quick else (4096, 16)
     mask = torch.randn(s, s + 1, device=dev, dtype=torch.bfloat16)
     scores = torch.randn(1, h, s, s, device=dev, dtype=torch.bfloat16)
@@ -289,10 +300,10 @@ def main():
     print(json.dumps(overhead))
     counts = segment_counts(rows, dev)
     print(json.dumps(counts))
-    report(args.out, copy_bw, rows, overhead, counts)
+    report(args.out, copy_bw, rows, overhead, counts, args.tag)
 
 
-def report(out_dir, copy_bw, rows, overhead, counts):
+def report(out_dir, copy_bw, rows, overhead, counts, tag=""):
     os.makedirs(out_dir, exist_ok=True)
     day = datetime.date.today().isoformat()
     meta = {
@@ -302,7 +313,7 @@ def report(out_dir, copy_bw, rows, overhead, counts):
         "triton": triton.__version__,
         "copy_GBs": copy_bw,
     }
-    with open(os.path.join(out_dir, f"{day}-fusions.json"), "w") as f:
+    with open(os.path.join(out_dir, f"{day}-fusions{tag and '-' + tag}.json"), "w") as f:
         json.dump({"meta": meta, "cases": rows, "host_overhead_us": overhead, "segment_counts": counts}, f, indent=1)
     lines = [
         f"# Fusion benchmarks, {day}",
@@ -325,7 +336,7 @@ def report(out_dir, copy_bw, rows, overhead, counts):
     lines += ["", "Segments per fusion:", ""]
     for k, v in counts.items():
         lines += [f"- {k}: {v}"] if not isinstance(v, list) else [f"- {k}:"] + [f"  - {x}" for x in v]
-    with open(os.path.join(out_dir, f"{day}-fusions.md"), "w") as f:
+    with open(os.path.join(out_dir, f"{day}-fusions{tag and '-' + tag}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
 
