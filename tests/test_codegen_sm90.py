@@ -31,7 +31,13 @@ def corpus():
         ("cat along columns", _cat, [make((4, 3), bf), make((4, 5), bf)]),
         ("select, reshape, iota", _select_reshape_iota, [make((3, 4, 6))]),
         ("integer cumsum", _cumsum, [make((3, 40), torch.int32)]),
+        ("reshape that is not a view", _reshape_copy, [transposed((8, 12), bf)]),
     ]
+
+
+def _reshape_copy(fd):
+    x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("BFloat16"), stride_order=[0, 1])
+    fd.add_output(fd.ops.cast(fd.ops.neg(fd.ops.reshape(x, [4, 24])), _dt("BFloat16")))
 
 
 def _cumsum(fd):

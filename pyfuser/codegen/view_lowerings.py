@@ -4,7 +4,8 @@
   dims its value is indexed by (the op's ``loop_map`` says which); the value itself passes through;
 - select and reshape: memory reads (memory_views.py) of their input through a view: select drops a dim at a
   fixed position (``base`` = index * stride), reshape re-strides the input where ``Tensor.view`` can (the strides
-  torch's own view computes, on the actual layout). A reshape that needs a copy sends its segment to ATen;
+  torch's own view computes, on the actual layout). Where it cannot (eager copies), each element's input offset
+  is computed from its row-major position by division and remainder over the input's extents;
 - full and iota: no operands; full is its fill value (converted as ``torch.full`` converts it), iota is
   ``start + i * step`` in the compute dtype from the coordinate ``i`` of its dim.
 
@@ -84,11 +85,38 @@ def _plan_reshape(node, metas):
     probe = torch.empty_strided(tuple(meta.sizes), tuple(meta.strides), device="meta")
     try:
         viewed = probe.view(shape)
-    except RuntimeError as e:
-        raise NotFusable(f"fd.ops.reshape of {src.name} needs a copy on this layout ({e})") from None
+    except RuntimeError:
+        # Not a view on this layout: each element's source offset is computed from its row-major position.
+        sizes = tuple(probe.reshape(shape).shape)
+        in_dims = [(int(n), int(st)) for n, st in zip(meta.sizes, meta.strides) if n != 1]
+        view = View(src, out, sizes, (0,) * len(sizes), gathers=(1,))
+        coords = [(out, d) for d, n in enumerate(sizes) if n != 1]
+        return Access([view], coords, {"remap": (sizes, in_dims)})
     sizes = tuple(viewed.shape)
     strides = tuple(0 if n == 1 else s for n, s in zip(sizes, viewed.stride()))
     return Access([View(src, out, sizes, strides)])
+
+
+def _emit_reshape(node, kb, access, *args, **kwargs):
+    view = access.views[0]
+    if "remap" not in access.info:
+        return kb.load(view.param)
+    sizes, in_dims = access.info["remap"]
+    out, i64 = node.outputs[0], torch.int64
+    flat, inner = kb.const(0, i64), 1  # the element's position in row-major order
+    for d in reversed(range(len(sizes))):
+        if sizes[d] != 1:
+            c = kb.cast(kb.coordinate_of(out, d), i64)
+            term = c if inner == 1 else kb.op("{0} * {1}", [c, kb.fixed_int(inner)], i64)
+            flat = kb.op("{0} + {1}", [flat, term], i64)
+        inner *= sizes[d]
+    offset, inner = kb.const(0, i64), 1  # that position's offset in the input
+    for n, stride in reversed(in_dims):
+        q = flat if inner == 1 else kb.op("{0} // {1}", [flat, kb.fixed_int(inner)], i64)
+        c = kb.op("{0} % {1}", [q, kb.fixed_int(n)], i64)
+        offset = kb.op("{0} + {1} * {2}", [offset, c, kb.fixed_int(stride)], i64)
+        inner *= n
+    return kb.load(view.param, indices=(offset,))
 
 
 # --- full, iota --------------------------------------------------------------------------------------------
@@ -119,6 +147,6 @@ def _emit_iota(node, kb, access, length, start=None, step=None, dtype=DataType.I
 
 
 attach("select", lower=MemoryReadLowering(_first_operand, _plan_select, _emit_view, _select_refusal))
-attach("reshape", lower=MemoryReadLowering(_first_operand, _plan_reshape, _emit_view, _reshape_refusal))
+attach("reshape", lower=MemoryReadLowering(_first_operand, _plan_reshape, _emit_reshape, _reshape_refusal))
 attach("full", lower=MemoryReadLowering(_no_operands, _plan_nothing, _emit_full, _real_only))
 attach("iota", lower=MemoryReadLowering(_no_operands, _plan_iota, _emit_iota, _real_only))

@@ -153,7 +153,8 @@ def _join_parallel_spaces(uf: _UnionFind, tensors: dict) -> None:
 
 
 def build_loop_domain(
-    exprs: list[Expr], reference: Optional[TensorView] = None, layout_order=None, require_covering: bool = True
+    exprs: list[Expr], reference: Optional[TensorView] = None, layout_order=None, require_covering: bool = True,
+    join_parallel: bool = True,
 ) -> LoopDomain:
     """Unify the dims of every tensor in ``exprs``.
 
@@ -190,7 +191,10 @@ def build_loop_domain(
                 continue
             uf.union((id(o), od), (id(i), idim))
 
-    _join_parallel_spaces(uf, tensors)
+    if join_parallel and require_covering:
+        # Only for a whole candidate kernel: in a partial one (require_covering=False) two computations may be
+        # unrelated only until a later op relates them, perhaps dim 0 to dim 1.
+        _join_parallel_spaces(uf, tensors)
 
     reduced: set = set()
     for e in exprs:

@@ -96,9 +96,10 @@ def classify(fusion: Fusion) -> dict[int, str]:
     return kind
 
 
-def _one_kernel(exprs: list[Expr], require_covering: bool = True) -> bool:
+def _one_kernel(exprs: list[Expr], require_covering: bool = True, join_parallel: bool = True) -> bool:
     try:
-        build_loop_domain([e for e in exprs if not _is_scalar_expr(e)], require_covering=require_covering)
+        build_loop_domain([e for e in exprs if not _is_scalar_expr(e)], require_covering=require_covering,
+                          join_parallel=join_parallel)
     except NotFusable:
         return False
     return True
@@ -146,13 +147,14 @@ def _split_kernel_group(group: list[Expr]) -> list[list[Expr]]:
 
 
 def _merge_neighbour_kernels(pieces: list) -> list:
-    """Consecutive kernel pieces that together are still one kernel become one (e.g. independent computations
-    over equal static extents: segment/loop_domain.py joins their iteration spaces). Consecutive pieces keep
+    """Consecutive kernel pieces that are one kernel only by joining their iteration spaces (independent
+    computations over equal static extents, segment/loop_domain.py) become one. Pieces that are one kernel
+    anyway were kept apart on purpose (work unrelated by data waits for its own segment). Consecutive pieces keep
     every segment reading only values of earlier ones. ``segment_set`` still ends a segment."""
     out: list = []
     for k, g in pieces:
         if (out and k == _KERNEL and out[-1][0] == _KERNEL and out[-1][1][-1].op.name != "segment_set"
-                and _one_kernel(out[-1][1] + g)):
+                and not _one_kernel(out[-1][1] + g, join_parallel=False) and _one_kernel(out[-1][1] + g)):
             out[-1] = (k, out[-1][1] + g)
         else:
             out.append((k, g))
