@@ -81,7 +81,9 @@ def test_call_forms(op, form):
     check_fusion(fn, [x], lambda x: ref_reduce(op, x, dims, keepdim), expected_segments=["Reduction"])
     text = repr(define(fn))
     kept = ", keepdim=True" if keepdim else ""  # keepdim=False is the default: not printed (nvFuser's printer)
-    assert f"fd.ops.{op}(tv0, dims={dims}{kept}, dtype=DataType.Null)" in text
+    # sum/prod print the dtype they resolved, max/min take only the default Null (nvFuser's printer)
+    dtype = ", dtype=DataType.Float" if op in ("sum", "prod") else ""
+    assert f"fd.ops.{op}(tv0, dims={dims}{kept}{dtype})" in text
 
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool]

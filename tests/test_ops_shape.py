@@ -395,7 +395,7 @@ def test_slice_static_normalization_prints_normalized_bounds():
 
     fd = define(fn)
     text = repr(fd)
-    assert "start_indices=[2, 2], end_indices=[5, 7], manual_normalization=True" in text
+    assert "start_indices=[2, 2], end_indices=[5, 7], strides=[1, 1], manual_normalization=True" in text
     assert fd.fusion.outputs[0].static_shape() == [3, 5]
     check_view(fn, [x], lambda x: x[-4:-1, 2:100])
 

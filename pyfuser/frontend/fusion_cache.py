@@ -113,7 +113,7 @@ def _merge(ours, theirs):
 
 
 def structural_key(fusion: Fusion) -> str:
-    return fusion_to_python(fusion)
+    return fusion_to_python(fusion, canonical=True)
 
 
 class LRUCache:

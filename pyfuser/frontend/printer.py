@@ -1,13 +1,14 @@
 """``repr(fd)``: runnable Python that rebuilds an equivalent fusion, in nvFuser's printer style.
 
 nvFuser's style: tensors are named ``tv0, tv1, ...`` and non-inline scalars ``c0, c1, ...`` in creation order;
-constants whose dtype a Python literal implies (Bool, Int, Double, ComplexDouble) are written inline
-(``3.00000``); keyword arguments equal to the op's default are left out.
+statements are printed inputs first, then depth first from the outputs (``print_order``); constants whose dtype
+a Python literal implies (Bool, Int, Double, ComplexDouble) are written inline (``3.00000``); keyword arguments
+equal to the op's default are left out.
 
-The text is also the fusion's structural key (LRUCache): two fusions print the same iff they have the same
-inputs, ops, attributes, dtypes and outputs. Names are renumbered per fusion, so they never depend on how
-many values an earlier definition created, and defaults are only omitted where rebuilding without them gives
-the same op.
+The canonical form of the text (names numbered in printing order) is the fusion's structural key (LRUCache):
+two fusions have the same key iff they have the same inputs, ops, attributes, dtypes and outputs. Names are
+renumbered per fusion, so they never depend on how many values an earlier definition created, and defaults are
+only omitted where rebuilding without them gives the same op.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def _defaults(op) -> dict:
 
 
 _DEFAULTS: dict = {}
-_KEYWORD_DEFAULTS = {"keepdim": False}
+_KEYWORD_DEFAULTS = {"keepdim": False, "dtype": DataType.Null}
 
 
 def _is_default(value, default) -> bool:
@@ -151,8 +152,9 @@ def _expr_line(e: Expr, names: dict) -> str:
     return f"{lhs} = fd.ops.{e.op.name}({', '.join(args)})"
 
 
-def printed_names(fusion: Fusion) -> dict:
-    """id(val) -> its printed name: tv<N> for tensors, c<N> for other values, numbered in creation order."""
+def printed_names(fusion: Fusion, statements=None) -> dict:
+    """id(val) -> its printed name: tv<N> for tensors, c<N> for other values, numbered in the order of
+    ``statements`` (default: creation order, as nvFuser names values)."""
     names: dict = {}
     counters = {"tv": 0, "c": 0}
     # A constant returned as an output keeps its define_scalar line: add_output takes a value, not a literal.
@@ -165,16 +167,76 @@ def printed_names(fusion: Fusion) -> dict:
         names[id(v)] = f"{prefix}{counters[prefix]}"
         counters[prefix] += 1
 
-    for stmt in fusion.statements:
+    for stmt in fusion.statements if statements is None else statements:
         for v in (stmt.outputs if isinstance(stmt, Expr) else [stmt]):
             name(v)
     return names
 
 
-def fusion_to_python(fusion: Fusion, fn_name: str = "nvfuser_fusion") -> str:
-    names = printed_names(fusion)
+def print_order(fusion: Fusion) -> list:
+    """The statements in nvFuser's printing order: declared values (inputs, non-inline constants, vectors) in
+    creation order, then the expressions depth first from the outputs (each output in turn, an expression's
+    inputs in argument order before it, so an expression follows right after the last one it needs), then any
+    expression no output depends on, in creation order. Names stay in creation order (``printed_names``).
+
+    Only the outputs that no other output depends on start a walk, as nvFuser's topological sort does; an
+    output that feeds another one is reached from it. A declared vector holding computed scalars is printed
+    where the walk first needs it, after them."""
+    late = {id(s) for s in fusion.statements
+            if isinstance(s, Vector) and s.definition is None and any(e.definition is not None for e in s.elements)}
+    declared = [s for s in fusion.statements if not isinstance(s, Expr) and id(s) not in late]
+
+    def deps(stmt) -> list:
+        vals = stmt.inputs if isinstance(stmt, Expr) else stmt.elements
+        return [v if id(v) in late else v.definition for v in vals
+                if v.definition is not None or id(v) in late]
+
+    outputs = [v for v, _ in fusion.output_log]
+    feeds_output = _values_feeding(outputs)
+    roots = [v.definition for v in dict.fromkeys(outputs) if id(v) not in feeds_output and v.definition is not None]
+    ordered: list = []
+    done: set = set()
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            stmt, deps_done = stack.pop()
+            if id(stmt) in done:
+                continue
+            if deps_done:
+                done.add(id(stmt))
+                ordered.append(stmt)
+                continue
+            stack.append((stmt, True))
+            stack.extend((d, False) for d in reversed(deps(stmt)) if id(d) not in done)
+    ordered += [s for s in fusion.statements if id(s) not in done and (isinstance(s, Expr) or id(s) in late)]
+    return declared + ordered
+
+
+def _values_feeding(outputs) -> set:
+    """ids of the values some output is computed from (the outputs themselves excluded unless they feed one)."""
+    seen: set = set()
+    stack = [v for out in outputs if out.definition is not None for v in out.definition.inputs]
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if v.definition is not None:
+            stack.extend(v.definition.inputs)
+        if isinstance(v, Vector):
+            stack.extend(v.elements)
+    return seen
+
+
+def fusion_to_python(fusion: Fusion, fn_name: str = "nvfuser_fusion", canonical: bool = False) -> str:
+    """nvFuser's printer text: values named in creation order, statements in printing order (so a name can
+    appear before a smaller one, as in nvFuser). ``canonical``: names numbered in printing order instead, which
+    makes the text independent of the order independent parts were created in; rebuilding a definition from
+    its text keeps this form (the LRU cache's structural key)."""
+    order = print_order(fusion)
+    names = printed_names(fusion, order if canonical else None)
     lines = [f"def {fn_name}(fd : FusionDefinition) -> None :"]
-    for stmt in fusion.statements:
+    for stmt in order:
         line = _expr_line(stmt, names) if isinstance(stmt, Expr) else _declared_line(stmt, names)
         if line is not None:
             lines.append("    " + line)

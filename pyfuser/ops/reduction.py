@@ -40,7 +40,7 @@ from .common import (
     normalize_dims,
     require_tensor,
 )
-from .registry import OpKind, OpResult, register
+from .registry import OpKind, OpResult, get, register
 
 _MISSING = object()
 _FP4 = (DataType.Float4_e2m1fn, DataType.Float4_e2m1fn_x2)
@@ -205,15 +205,32 @@ def _register_reduction(name: str):
         keep = _pick_keepdim(name, keepdim, keep_dim)
         dtype = DataType.Null if dtype is _MISSING else dtype
         cast, compute, out_dt = _reduce_types(name, tv.dtype, dtype)
+        trivial = [d for d in norm if tv.logical[d].is_broadcast and not tv.logical[d].expanded]
+        if trivial and not keep:
+            return _squeeze_then_reduce(name, tv, norm, trivial, cast, dtype)
         out = new_tensor(fusion_of(name, tv), _reduced_domain(tv, norm, keep), out_dt)
         info = {"cast": None if cast is None else to_torch_dtype(cast), "compute": to_torch_dtype(compute)}
-        return OpResult([out], (tv,), {"dims": norm, "keepdim": keep, "dtype": dtype}, info)
+        # sum/prod record the dtype they resolved (Null on a float input is that float), which rebuilds the
+        # same op and is what nvFuser prints; max/min only take Null.
+        recorded = dtype if name in ("max", "min") else out_dt
+        return OpResult([out], (tv,), {"dims": norm, "keepdim": keep, "dtype": recorded}, info)
 
     build.__doc__ = (
         f"fd.ops.{name}(arg, dtype=Null) | (arg, dim: int, keepdim=False, dtype=Null) | "
         f"(arg, dims: list[int], keepdim=False, dtype=Null): {name} over dims (every dim when none are given)."
     )
     return register(name, OpKind.REDUCTION, _reduce_eval, **_REDUCTION_LOOPS)(build)
+
+
+def _squeeze_then_reduce(name: str, tv: TensorView, dims: list[int], trivial: list[int], cast, dtype) -> OpResult:
+    """Reducing a size-1 broadcast dim only drops it, so, as nvFuser does, such dims are squeezed (after the
+    dtype cast sum/prod make first) and only the other dims are reduced; with none left, the squeeze is the
+    result. (keepdim keeps the plain reduction: the dims would come back as broadcasts anyway.)"""
+    src = tv if cast is None or cast is tv.dtype else get("cast").builder(tv, cast)
+    src = get("squeeze").builder(src, trivial)
+    rest = [d - sum(1 for t in trivial if t < d) for d in dims if d not in trivial]
+    result = get(name).builder(src, rest, False, dtype) if rest else src
+    return OpResult([], user_result=result)
 
 
 for _name in _TORCH_REDUCE:

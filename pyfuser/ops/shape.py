@@ -225,6 +225,10 @@ def broadcast_in_dim(arg, shape, broadcast_dims):
             if extent_of(target) == -1:
                 fail(op, f"{what}=-1 is only allowed for dims mapped from the input")
             domain.append(_new_broadcast(op, target, what))
+    if rank == tv.ndim:
+        # Every output dim is an input dim (broadcast_dims is 0..n-1): no broadcast is added, only an expand,
+        # and that is the op recorded (nvFuser's definition holds the same single expand).
+        return OpResult([], user_result=get("expand").builder(tv, shape))
     return _result(op, tv, domain, kwargs={"shape": canon_shape, "broadcast_dims": dims}, extra_vals=targets)
 
 
@@ -392,7 +396,7 @@ def _normalize_end(end: int, n: int, start: Optional[int]) -> int:
     return end if start is None else max(start, end)
 
 
-def _slice_eval(node, arg, start_indices, end_indices, manual_normalization=False):
+def _slice_eval(node, arg, start_indices, end_indices, strides=None, manual_normalization=False):
     index = []
     for d, (s, e) in enumerate(zip(start_indices, end_indices)):
         n = arg.shape[d]
@@ -468,7 +472,8 @@ def slice(arg, start_indices, end_indices, strides=None, manual_normalization: b
         new_starts.append(s)
         new_ends.append(e)
         domain.append(_sliced_dim(dom, ss, es, size_d))
-    kwargs = {"start_indices": new_starts, "end_indices": new_ends}
+    # Steps are always 1 (checked above); the call records them, as nvFuser prints them.
+    kwargs = {"start_indices": new_starts, "end_indices": new_ends, "strides": [1] * n}
     if manual_normalization or all_static:
         kwargs["manual_normalization"] = True
     return _result(op, tv, domain, kwargs=kwargs, extra_vals=starts + ends)
@@ -479,7 +484,7 @@ def _sliced_dim(dom: IterDomain, start: Optional[int], end: Optional[int], size_
     if start == 0 and end is not None and end == size_d:
         return dom  # nothing cut
     ext = end - start if start is not None and end is not None else None
-    if dom.is_broadcast and ext == 1:
+    if ext == 1:  # a static extent of 1 is a broadcast dim, as nvFuser makes a resize known to give 1
         return IterDomain.broadcast()
     if dom.expanded and ext != 0:
         return IterDomain.broadcast(ext)  # a slice of a stride-0 dim keeps stride 0
