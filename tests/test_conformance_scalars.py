@@ -78,3 +78,43 @@ def test_reshape_refuses_python_floats_and_bool_scalars():
 
     with pytest.raises(FusionDtypeError, match="non-integer scalar"):
         define(bools)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# outputs computed only from CPU scalar tensors
+
+
+def _cpu_scalar_fusion(fd, scalar, device_scalar):
+    t0 = fd.from_pytorch(scalar)  # a 0-dim CPU tensor: is_cpu
+    t1 = fd.ops.add(t0, fd.define_scalar(3.0))  # computed on the host only
+    t2 = fd.from_pytorch(device_scalar)
+    fd.add_output(t1)
+    fd.add_output(fd.ops.mul(t1, t2))
+
+
+def test_output_computed_only_from_cpu_scalars_is_refused_on_a_device_run():
+    from pyfuser.runtime.executor_cache import _refuse_computed_cpu_outputs
+
+    s, d = torch.tensor(2.0), torch.tensor(-0.0)
+    fd = define(lambda fd: _cpu_scalar_fusion(fd, s, d))
+    with pytest.raises(FusionExecutionError, match=r"KernelExecutor does not support the Fusion provided: output T\d "
+                                                   r"\(fd\.ops\.add\) is computed only from CPU scalar tensors"):
+        _refuse_computed_cpu_outputs(fd.fusion)
+    # forwarding the CPU scalar itself, or combining it with a device tensor, is fine
+    def fine(fd):
+        t0 = fd.from_pytorch(s)
+        fd.add_output(t0)
+        fd.add_output(fd.ops.mul(fd.ops.add(t0, 1.0), fd.define_tensor(shape=[-1], contiguity=True)))
+
+    _refuse_computed_cpu_outputs(define(fine).fusion)
+    # a CPU run computes it (nothing to refuse: every tensor is on the host)
+    out = fd.execute([s, d])
+    assert out[0].item() == 5.0 and out[1].item() == 0.0 and out[1].device.type == "cpu"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_output_computed_only_from_cpu_scalars_is_refused_on_cuda():
+    s, d = torch.tensor(2.0), torch.tensor(3.0, device="cuda")
+    fd = define(lambda fd: _cpu_scalar_fusion(fd, s, d))
+    with pytest.raises(RuntimeError, match="KernelExecutor does not support the Fusion provided"):
+        fd.execute([s, d])

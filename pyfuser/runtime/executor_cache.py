@@ -19,6 +19,7 @@ import torch
 
 from ..errors import FusionExecutionError
 from ..ir.fusion import Fusion
+from ..ir.nodes import TensorView
 from ..segment.segmenter import SegmentedFusion, segment_fusion
 from .device_errors import DeviceErrorSink
 from .fusion_runtime import FusionRuntime
@@ -62,6 +63,33 @@ def _refuse_matmul(fusion: Fusion) -> None:
                 f"Can not find a scheduler to schedule fusion segment: fd.ops.{e.op.name} ({e.outputs[0].name}) "
                 f"runs only through ATen in pyfuser (it has no generated matmul kernel), and matmul_expr_eval is "
                 f"disabled")
+
+
+def _device_run(flat: Sequence[Any], device) -> bool:
+    """Whether the call is a device run by its own choice: a device given, or a tensor input on a device. (A
+    fusion whose tensors are all CPU scalars runs where torch computes them, on the host.)"""
+    if device is not None:
+        return torch.device(device).type != "cpu"
+    return any(isinstance(x, torch.Tensor) and x.device.type != "cpu" for x in flat)
+
+
+def _refuse_computed_cpu_outputs(fusion: Fusion) -> None:
+    """A device run cannot return a tensor computed only from CPU scalar tensors (``is_cpu`` inputs): nvFuser's
+    kernels write device memory, and it refuses such a fusion rather than computing the value on the host.
+    Returning a CPU scalar input itself is fine, and so is an op that also reads a device tensor."""
+    on_host: set = {id(v) for v in fusion.inputs if isinstance(v, TensorView) and v.is_cpu}
+    for e in fusion.exprs:
+        tensors = [v for v in e.inputs if isinstance(v, TensorView)]
+        if tensors and all(id(v) in on_host for v in tensors):
+            on_host.update(id(o) for o in e.outputs)
+    inputs = {id(v) for v in fusion.inputs}
+    for out in fusion.outputs:
+        if id(out) in on_host and id(out) not in inputs:
+            raise FusionExecutionError(
+                f"KernelExecutor does not support the Fusion provided: output {out.name} (fd.ops."
+                f"{out.definition.op.name}) is computed only from CPU scalar tensors, and a device run returns no "
+                f"computed CPU tensor (nvFuser refuses it too); combine it with a device tensor or compute it "
+                f"outside the fusion")
 
 
 class FusionExecutorCache:
@@ -110,6 +138,8 @@ class FusionExecutorCache:
             self._binder.validate(flat, device)  # raises before anything is cached
             if not options.matmul_expr_eval:
                 _refuse_matmul(self.fusion)
+            if _device_run(flat, device):
+                _refuse_computed_cpu_outputs(self.fusion)
             start = time.perf_counter()
             if self._segmented is None:
                 self._segmented = segment_fusion(self.fusion)
