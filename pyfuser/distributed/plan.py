@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from ..errors import FusionDefinitionError, InputValidationError, UnsupportedOpError
-from ..ir.nodes import Expr, Scalar, TensorView, Val
+from ..ir.nodes import Expr, TensorView
 from ..ops.registry import OpKind
 from ..segment.loop_domain import positional_loop_map
 from .mesh import DeviceMesh
