@@ -450,3 +450,18 @@ def test_static_computations_related_later_by_a_transpose_stay_one_kernel():
     (out,) = fd.execute([x, z])
     torch.testing.assert_close(out, torch.exp(x) + torch.exp(z).T)
     assert kernel_count(fd) == 1
+
+
+@pytest.mark.parametrize("static", [True, False])
+def test_cumsum_over_one_element(static):
+    # a scanned dim of extent 1 (a broadcast when static, a dropped loop dim either way): each value is its sum
+    x = make((5, 1), torch.int32)
+
+    def fn(fd):
+        t = fd.define_tensor([-1, 1] if static else [-1, -1], contiguity=[True, None] if static else [True, True],
+                             dtype=DataType.Int32)
+        fd.add_output(fd.ops.sub(fd.ops.cumsum(t, 1), fd.ops.cast(t, DataType.Int)))
+        fd.add_output(fd.ops.cumsum(t, 1, init=2))
+
+    outs = check_fusion(fn, [x], lambda x: [torch.cumsum(x, 1) - x.long(), torch.cumsum(x, 1) + 2])
+    bits_equal(outs[0], torch.zeros(5, 1, dtype=torch.int64))

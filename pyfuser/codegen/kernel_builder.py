@@ -169,6 +169,7 @@ class KernelBuilder:
         # coordinate_of(tv, dim) -> the KValue of that dim's coordinate.
         self.access: dict = {}
         self.coordinate_of = None
+        self.has_columns = True  # whether the kernel iterates any column dim of extent > 1
 
     # --- node constructors ------------------------------------------------------------------------------
     def _add(self, v: KValue) -> KValue:

@@ -230,6 +230,7 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
 
     kb = KernelBuilder()
     kb.access = accesses
+    kb.has_columns = bool(col_runs)
     kb.coordinate_of = _coordinate_resolver(kb, dom, sizes, row_runs, col_runs, index64)
     scalar_vals = _lower(segment, kernel_exprs, kb, inputs_read, params, outputs, host_tensors, views)
     if reduction is None:

@@ -81,7 +81,8 @@ def _cumsum_refusal(node):
 
 def _lower_cumsum(node, kb, arg, dim, init=None):
     x = kb.cast(arg, node.info["compute"])
-    r = kb.scan("cumsum", x)
+    # Rows of one element (a size-1 scanned dim: its loop dim was dropped) are their own prefix sums.
+    r = kb.scan("cumsum", x) if kb.has_columns else x
     if init is not None:
         r = kb.op("{0} + {1}", [r, _operand(kb, init, x.dtype)], x.dtype)
     return kb.cast(r, out_dtype(node))
