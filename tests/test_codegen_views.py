@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness import DEVICE, check_fusion, define, make, sliced, transposed
+from harness import check_fusion, define, make, sliced, transposed
 from pyfuser import DataType
 
 

@@ -24,6 +24,7 @@ from typing import Callable, Optional
 
 import torch
 
+from ..ir.dtypes import is_complex
 from ..ir.nodes import Scalar, TensorView
 from ..segment.loop_domain import NotFusable
 
@@ -65,6 +66,22 @@ class MemoryReadLowering:
 
     def __call__(self, node, kb, *args, **kwargs):
         return self.emit(node, kb, kb.access[id(node)], *args, **kwargs)
+
+
+def first_operand(node) -> list:
+    """``memory_operands`` of ops that read their first argument (slice, pad, select, reshape)."""
+    return [node.args[0]]
+
+
+def no_operands(node) -> list:
+    return []
+
+
+def complex_refusal(node) -> Optional[str]:
+    """Complex values have no Triton form."""
+    if is_complex(node.outputs[0].dtype):
+        return f"fd.ops.{node.op.name} on complex values has no Triton lowering"
+    return None
 
 
 def static_int(x) -> Optional[int]:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from ..ir.dtypes import is_complex
 from ..ops.registry import attach
+from ..ops.shape import _normalize_end, _normalize_start
 from ..segment.loop_domain import NotFusable
 from .lowering import _operand, out_dtype
 from .memory_views import (
@@ -25,19 +25,12 @@ from .memory_views import (
     View,
     and_masks,
     bounds_mask,
+    complex_refusal,
+    first_operand,
     require_gpu_tensor,
     static_int,
     view_strides,
 )
-
-
-def _first_operand(node):
-    return [node.args[0]]
-
-
-def _complex_refusal(node):
-    dt = node.outputs[0].dtype
-    return f"fd.ops.{node.op.name} on complex values has no Triton lowering" if is_complex(dt) else None
 
 
 # --- slice -------------------------------------------------------------------------------------------------
@@ -47,13 +40,11 @@ def _slice_refusal(node):
     bounds = list(node.kwargs["start_indices"]) + list(node.kwargs["end_indices"])
     if any(static_int(b) is None for b in bounds):
         return "fd.ops.slice with bounds known only at run time runs on ATen"
-    return _complex_refusal(node)
+    return complex_refusal(node)
 
 
 def _slice_bounds(node, sizes) -> list[tuple[int, int]]:
     """(start, end) per dim, normalized as the ATen evaluator normalizes them."""
-    from ..ops.shape import _normalize_end, _normalize_start
-
     out = []
     for d, (s, e) in enumerate(zip(node.kwargs["start_indices"], node.kwargs["end_indices"])):
         s, e, n = static_int(s), static_int(e), int(sizes[d])
@@ -92,7 +83,7 @@ def _pad_widths(node) -> list:
 def _pad_refusal(node):
     if any(w is None for w in _pad_widths(node)):
         return "fd.ops.pad with widths known only at run time runs on ATen"
-    return _complex_refusal(node)
+    return complex_refusal(node)
 
 
 def _padded_dims(node, ndim: int) -> dict:
@@ -189,6 +180,6 @@ def _emit_cat(node, kb, access, tensors, dim=0, manual_padding=False):
     return result
 
 
-attach("slice", lower=MemoryReadLowering(_first_operand, _plan_slice, _emit_slice, _slice_refusal))
-attach("pad", lower=MemoryReadLowering(_first_operand, _plan_pad, _emit_pad, _pad_refusal))
-attach("cat", lower=MemoryReadLowering(_cat_operands, _plan_cat, _emit_cat, _complex_refusal))
+attach("slice", lower=MemoryReadLowering(first_operand, _plan_slice, _emit_slice, _slice_refusal))
+attach("pad", lower=MemoryReadLowering(first_operand, _plan_pad, _emit_pad, _pad_refusal))
+attach("cat", lower=MemoryReadLowering(_cat_operands, _plan_cat, _emit_cat, complex_refusal))

@@ -17,28 +17,24 @@ from __future__ import annotations
 
 import torch
 
-from ..ir.dtypes import DataType, compute_dtype, is_complex, to_torch_dtype
+from ..ir.dtypes import DataType, compute_dtype, to_torch_dtype
 from ..ops.registry import attach
 from ..segment.loop_domain import NotFusable
 from .lowering import _operand, identity_view, out_dtype
-from .memory_views import Access, MemoryReadLowering, View, require_gpu_tensor, static_int, view_strides
+from .memory_views import (
+    Access,
+    MemoryReadLowering,
+    View,
+    complex_refusal,
+    first_operand,
+    no_operands,
+    require_gpu_tensor,
+    static_int,
+    view_strides,
+)
 
 for _name in ("broadcast", "broadcast_in_dim", "expand", "permute", "squeeze", "stride_order"):
     attach(_name, lower=identity_view)
-
-
-def _first_operand(node):
-    return [node.args[0]]
-
-
-def _no_operands(node):
-    return []
-
-
-def _real_only(node):
-    if is_complex(node.outputs[0].dtype):
-        return f"fd.ops.{node.op.name} on complex values has no Triton lowering"
-    return None
 
 
 # --- select ------------------------------------------------------------------------------------------------
@@ -47,7 +43,7 @@ def _real_only(node):
 def _select_refusal(node):
     if static_int(node.args[1]) is None:
         return "fd.ops.select with an index known only at run time runs on ATen"
-    return _real_only(node)
+    return complex_refusal(node)
 
 
 def _plan_select(node, metas):
@@ -74,7 +70,7 @@ def _emit_view(node, kb, access, *args, **kwargs):
 def _reshape_refusal(node):
     if any(static_int(s) is None for s in node.kwargs["new_shape"]):
         return "fd.ops.reshape to a shape known only at run time runs on ATen"
-    return _real_only(node)
+    return complex_refusal(node)
 
 
 def _plan_reshape(node, metas):
@@ -146,7 +142,7 @@ def _emit_iota(node, kb, access, length, start=None, step=None, dtype=DataType.I
     return kb.cast(i, target)
 
 
-attach("select", lower=MemoryReadLowering(_first_operand, _plan_select, _emit_view, _select_refusal))
-attach("reshape", lower=MemoryReadLowering(_first_operand, _plan_reshape, _emit_reshape, _reshape_refusal))
-attach("full", lower=MemoryReadLowering(_no_operands, _plan_nothing, _emit_full, _real_only))
-attach("iota", lower=MemoryReadLowering(_no_operands, _plan_iota, _emit_iota, _real_only))
+attach("select", lower=MemoryReadLowering(first_operand, _plan_select, _emit_view, _select_refusal))
+attach("reshape", lower=MemoryReadLowering(first_operand, _plan_reshape, _emit_reshape, _reshape_refusal))
+attach("full", lower=MemoryReadLowering(no_operands, _plan_nothing, _emit_full, complex_refusal))
+attach("iota", lower=MemoryReadLowering(no_operands, _plan_iota, _emit_iota, complex_refusal))
