@@ -465,3 +465,24 @@ def test_cumsum_over_one_element(static):
 
     outs = check_fusion(fn, [x], lambda x: [torch.cumsum(x, 1) - x.long(), torch.cumsum(x, 1) + 2])
     bits_equal(outs[0], torch.zeros(5, 1, dtype=torch.int64))
+
+
+def test_rotary_embedding_pattern():
+    # x * cos + cat([-x2, x1]) * sin: x1 is read only through cat's views (an ATen view, no copy); -x2 is
+    # computed, so it is written by one kernel and read back shifted by the kernel with the cat and the rest
+    x, c, s = specials((2, 8, 16)), make((8, 16)), make((8, 16))
+
+    def fn(fd):
+        tx, tc, ts = fd.from_pytorch(x), fd.from_pytorch(c), fd.from_pytorch(s)
+        x1 = fd.ops.slice(tx, [0, 0, 0], [2, 8, 8])
+        x2 = fd.ops.slice(tx, [0, 0, 8], [2, 8, 16])
+        rot = fd.ops.cat([fd.ops.neg(x2), x1], 2)
+        fd.add_output(fd.ops.add(fd.ops.mul(tx, tc), fd.ops.mul(rot, ts)))
+
+    ref = lambda x, c, s: x * c + torch.cat([-x[..., 8:], x[..., :8]], 2) * s  # noqa: E731
+    outs = check_fusion(fn, [x, c, s], ref)
+    bits_equal(outs[0], ref(x, c, s), nan_bits=False)
+    fd = define(fn)
+    fd.execute([x, c, s])
+    assert [(r.kind, r.runs_as) for r in fd.last_execution()] == [
+        ("ExprEval", "aten"), ("PointWise", "triton"), ("PointWise", "triton")]

@@ -4,7 +4,8 @@ Two kinds of work exist: kernel work (pointwise, reduction, normalization: one g
 segment) and ExprEval work (ATen-only ops such as matmul, linear, SDPA, embedding, topk, ops that have no
 Triton lowering yet, and zero-copy view chains). The segmenter
 1. marks view ops that must stay ATen views: a chain of views ending in a fusion output, or feeding an
-   ExprEval op, is evaluated by ATen so the result aliases its producer exactly as eager would;
+   ExprEval op, is evaluated by ATen so the result aliases its producer exactly as eager would; so is a view that
+   other ops only read through views of their own (a slice that cat reads), which costs no copy that way;
 2. orders the expressions topologically, preferring to continue the current segment, and cuts a new segment
    whenever the kind changes, after ``segment_set``, or when adding an expr would stop a kernel segment from
    being one kernel (its reductions must all reduce the same loop dims). Every segment only reads values
@@ -21,7 +22,7 @@ from ..ir.fusion import Fusion
 from ..ir.nodes import Expr, Scalar, TensorView, Val, Vector
 from ..ir.packing import is_packed_fp4
 from ..ops.registry import OpKind
-from .loop_domain import NotFusable, build_loop_domain, column_dims, lowering_refusal
+from .loop_domain import NotFusable, build_loop_domain, column_dims, lowering_refusal, memory_operands
 
 
 class SchedulerKind(enum.Enum):
@@ -90,7 +91,11 @@ def classify(fusion: Fusion) -> dict[int, str]:
             consumers = [c for o in e.outputs for c in uses.get(id(o), [])]
             is_alias_output = any(id(o) in returned for o in e.outputs)
             feeds_expr_eval = any(kind.get(id(c)) == _EXPR_EVAL for c in consumers)
-            kind[id(e)] = _EXPR_EVAL if (is_alias_output or feeds_expr_eval) else _KERNEL
+            # A view only ever read through views (a slice that cat or pad reads at shifted coordinates) is read
+            # from memory anyway: as an ATen view it costs no copy, in a kernel it would be written out first.
+            read_through_views = bool(consumers) and all(
+                any(o is m for o in e.outputs for m in memory_operands(c)) for c in consumers)
+            kind[id(e)] = _EXPR_EVAL if (is_alias_output or feeds_expr_eval or read_through_views) else _KERNEL
         else:
             kind[id(e)] = _KERNEL
     return kind
@@ -147,17 +152,22 @@ def _split_kernel_group(group: list[Expr]) -> list[list[Expr]]:
 
 
 def _merge_neighbour_kernels(pieces: list) -> list:
-    """Consecutive kernel pieces that are one kernel only by joining their iteration spaces (independent
-    computations over equal static extents, segment/loop_domain.py) become one. Pieces that are one kernel
-    anyway were kept apart on purpose (work unrelated by data waits for its own segment). Consecutive pieces keep
-    every segment reading only values of earlier ones. ``segment_set`` still ends a segment."""
+    """Consecutive kernel pieces become one where the later reads values of the earlier (the greedy pass may
+    have placed a producer with unrelated work) or where only joining their iteration spaces makes them one
+    kernel (independent computations over equal static extents, segment/loop_domain.py), provided the union is
+    one kernel. Other pieces that would be one kernel were kept apart on purpose (work unrelated by data waits for
+    its own segment). Consecutive pieces keep every segment reading only values of earlier ones. ``segment_set``
+    still ends a segment."""
     out: list = []
     for k, g in pieces:
-        if (out and k == _KERNEL and out[-1][0] == _KERNEL and out[-1][1][-1].op.name != "segment_set"
-                and not _one_kernel(out[-1][1] + g, join_parallel=False) and _one_kernel(out[-1][1] + g)):
-            out[-1] = (k, out[-1][1] + g)
-        else:
-            out.append((k, g))
+        if out and k == _KERNEL and out[-1][0] == _KERNEL and out[-1][1][-1].op.name != "segment_set":
+            prev = out[-1][1]
+            made = {id(o) for e in prev for o in e.outputs}
+            reads = any(id(v) in made for e in g for v in e.inputs)
+            if (reads or not _one_kernel(prev + g, join_parallel=False)) and _one_kernel(prev + g):
+                out[-1] = (k, prev + g)
+                continue
+        out.append((k, g))
     return out
 
 
