@@ -486,3 +486,115 @@ def test_rotary_embedding_pattern():
     fd.execute([x, c, s])
     assert [(r.kind, r.runs_as) for r in fd.last_execution()] == [
         ("ExprEval", "aten"), ("PointWise", "triton"), ("PointWise", "triton")]
+
+
+# --- randomized: memory reads on random layouts, bit for bit ---------------------------------------------------
+
+
+def _random_layout(rng, shape, dtype):
+    kind = rng.choice(["contiguous", "transposed", "sliced", "offset", "negbit"])
+    if kind == "transposed" and len(shape) >= 2:
+        return transposed(shape, dtype)
+    if kind == "sliced":
+        return sliced(shape, dtype)
+    if kind == "offset":
+        return make((shape[0] + 2, *shape[1:]), dtype)[2:]
+    if kind == "negbit" and dtype.is_floating_point:
+        return torch._neg_view(torch.neg(make(shape, dtype)))
+    return specials(shape, dtype)
+
+
+def _random_case(seed):
+    """(fn, inputs, eager reference) of one random memory read feeding a pointwise op."""
+    import random
+
+    rng = random.Random(seed)
+    dtype = rng.choice([torch.float32, torch.bfloat16, torch.int32])
+    shape = [rng.randint(1, 6) for _ in range(rng.choice([2, 3]))]
+    x = _random_layout(rng, shape, dtype)
+    op = rng.choice(["slice", "pad", "cat", "select", "reshape"])
+    if op == "slice":
+        starts = [rng.randint(-n - 1, n) for n in shape]
+        ends = [rng.randint(-n, n + 2) for n in shape]
+
+        def read(fd, t):
+            return fd.ops.slice(t, starts, ends)
+
+        def eager_read(x):
+            return x[tuple(slice(s, e) for s, e in zip(starts, ends))]
+    elif op == "pad":
+        widths = []
+        for n in reversed(shape[-rng.randint(1, len(shape)):]):
+            lo = rng.randint(-(n // 2), 2)
+            widths += [lo, rng.randint(-(n - max(lo, 0) - (-lo if lo < 0 else 0)) // 2, 2)]
+        value = rng.choice([0, 3, -1]) if dtype == torch.int32 else rng.choice([0.0, -0.0, 2.5, float("inf")])
+
+        def read(fd, t):
+            return fd.ops.pad(t, widths, value)
+
+        def eager_read(x):
+            return F.pad(x, widths, value=value)
+    elif op == "cat":
+        dim = rng.randrange(len(shape))
+        others = []
+        for _ in range(rng.randint(1, 2)):
+            s = list(shape)
+            s[dim] = rng.randint(1, 4)
+            others.append(_random_layout(rng, s, dtype))
+
+        def read(fd, t, *ts):
+            return fd.ops.cat([t, *ts], dim)
+
+        def eager_read(x, *xs):
+            return torch.cat([x, *xs], dim)
+    elif op == "select":
+        dim = rng.randrange(len(shape))
+        index = rng.randint(-shape[dim], shape[dim] - 1)
+
+        def read(fd, t):
+            return fd.ops.select(t, index, dim)
+
+        def eager_read(x):
+            return torch.select(x, dim, index)
+    else:
+        new = [shape[0] * shape[1], *shape[2:]] if rng.random() < 0.5 else [*shape[:-1], 1, shape[-1]]
+
+        def read(fd, t):
+            return fd.ops.reshape(t, new)
+
+        def eager_read(x):
+            return x.reshape(new)
+    extra = others if op == "cat" else []
+    out_shape = list(eager_read(x.resolve_neg(), *[t.resolve_neg() for t in extra]).shape)
+    y = _random_layout(rng, out_shape, dtype) if out_shape else make([], dtype)
+    inputs = [x, *extra, y]
+
+    def fn(fd):
+        ts = [fd.from_pytorch(t) for t in inputs]
+        r = read(fd, *ts[:-1])
+        fd.add_output(fd.ops.mul(fd.ops.add(r, ts[-1]), ts[-1]) if dtype != torch.int32 else
+                      fd.ops.bitwise_xor(fd.ops.add(r, ts[-1]), 5))
+
+    def reference(*ins):
+        ins = [t.resolve_neg() for t in ins]
+        r = eager_read(*ins[:-1])
+        if dtype == torch.int32:
+            return torch.bitwise_xor(r + ins[-1], 5)
+        return ((r.float() + ins[-1].float()) * ins[-1].float())
+
+    return fn, inputs, reference
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_random_memory_reads(seed):
+    fn, inputs, reference = _random_case(seed)
+    try:
+        expected = reference(*inputs)
+    except (RuntimeError, IndexError):  # an invalid random case (e.g. a pad cropping everything)
+        pytest.skip("eager rejects this case")
+    if expected.numel() == 0:
+        pytest.skip("empty result")
+    fd = define(fn)
+    (out,) = fd.execute(inputs)
+    bits_equal(out, expected, nan_bits=False)
+    assert all(r.runs_as == "triton" for r in fd.last_execution()), [str(r).splitlines()[0] for r in fd.last_execution()]
