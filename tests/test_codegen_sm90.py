@@ -32,7 +32,17 @@ def corpus():
         ("select, reshape, iota", _select_reshape_iota, [make((3, 4, 6))]),
         ("integer cumsum", _cumsum, [make((3, 40), torch.int32)]),
         ("reshape that is not a view", _reshape_copy, [transposed((8, 12), bf)]),
+        ("rotary embedding (cat of a recomputed operand)", _rope, [make((2, 8, 16), bf), make((8, 16)), make((8, 16))]),
     ]
+
+
+def _rope(fd):
+    x = fd.define_tensor([-1, -1, 16], contiguity=[True, True, True], dtype=_dt("BFloat16"))
+    cos = fd.define_tensor([-1, 16], contiguity=[True, True])
+    sin = fd.define_tensor([-1, 16], contiguity=[True, True])
+    x1, x2 = fd.ops.slice(x, [0, 0, 0], [2, 8, 8]), fd.ops.slice(x, [0, 0, 8], [2, 8, 16])
+    rot = fd.ops.cat([fd.ops.neg(x2), fd.ops.cast(x1, _dt("Float"))], 2)
+    fd.add_output(fd.ops.cast(fd.ops.add(fd.ops.mul(x, cos), fd.ops.mul(rot, sin)), _dt("BFloat16")))
 
 
 def _reshape_copy(fd):

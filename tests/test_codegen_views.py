@@ -118,20 +118,63 @@ def test_slice_output_stays_a_view():
     bits_equal(e, torch.neg(x))
 
 
-def test_slice_of_a_value_computed_in_the_kernel_splits():
-    # (a + b)[1:] reads the sum at other coordinates than its own: the sum is written out first.
-    def fn(fd):
-        a = fd.define_tensor([-1, -1], contiguity=[True, True])
-        b = fd.define_tensor([-1, -1], contiguity=[True, True])
-        s = fd.ops.slice(fd.ops.add(a, b), [1, 0], [5, 6])
-        fd.add_output(fd.ops.mul(s, 2.0))
-
+def test_slice_of_a_value_computed_in_the_kernel_recomputes_it():
+    # (a + b)[1:] reads the sum at other coordinates than its own: the kernel recomputes it from shifted reads;
+    # when the sum is also returned it is written by a kernel of its own and read back shifted
     a, b = specials((5, 6)), make((5, 6))
+
+    def fn(fd, also_returned):
+        s = fd.ops.add(fd.from_pytorch(a), fd.from_pytorch(b))
+        if also_returned:
+            fd.add_output(s)
+        fd.add_output(fd.ops.mul(fd.ops.slice(s, [1, 0], [5, 6]), 2.0))
+
+    for also_returned, kernels in ((False, 1), (True, 2)):
+        fd = define(lambda fd: fn(fd, also_returned))
+        outs = fd.execute([a, b])
+        bits_equal(outs[-1], (a + b)[1:5] * 2.0, nan_bits=False)
+        assert kernel_count(fd) == kernels
+        ref = (lambda a, b: [a + b, (a + b)[1:5] * 2.0]) if also_returned else (lambda a, b: (a + b)[1:5] * 2.0)
+        check_fusion(lambda fd: fn(fd, also_returned), [a, b], ref)
+
+
+def test_recomputed_cat_operands():
+    # cat of values computed from outside tensors of lower rank, a select, a symbolic scalar and a CPU scalar
+    x, bias = specials((3, 4, 6)), make((6,))
+    k = torch.tensor(1.5)
+
+    def fn(fd):
+        tx, tb, tk = fd.from_pytorch(x), fd.from_pytorch(bias), fd.from_pytorch(k)
+        s = fd.define_scalar(None, dtype=DataType.Float)
+        left = fd.ops.mul(fd.ops.add(tx, tb), s)  # [3, 4, 6], bias aligned to the last dim
+        right = fd.ops.mul(fd.ops.broadcast_in_dim(fd.ops.select(tx, 1, 1), [3, 4, 6], [0, 2]), tk)
+        fd.add_output(fd.ops.cat([left, fd.ops.neg(fd.ops.slice(tx, [0, 0, 2], [3, 4, 5]))], 2))
+        fd.add_output(fd.ops.cat([right, left], 1))
+
+    def ref(x, bias, k, s=0.5):
+        left = (x + bias) * s
+        right = x[:, 1:2, :].expand(3, 4, 6) * k
+        return [torch.cat([left, -x[:, :, 2:5]], 2), torch.cat([right, left], 1)]
+
     fd = define(fn)
-    (out,) = fd.execute([a, b])
-    bits_equal(out, (a + b)[1:5] * 2.0, nan_bits=False)
+    outs = fd.execute([x, bias, k, 0.5])
+    for o, r in zip(outs, ref(x, bias, k)):
+        bits_equal(o, r, nan_bits=False)
+    check_fusion(fn, [x, bias, k, 0.5], ref)
+
+
+def test_operand_made_by_a_reduction_is_not_recomputed():
+    x = make((4, 6))
+
+    def fn(fd):
+        tx = fd.from_pytorch(x)
+        m = fd.ops.sum(tx, dims=[1], keepdim=True)  # [4, 1]
+        fd.add_output(fd.ops.cat([fd.ops.sub(tx, m), tx], 1))
+
+    outs = check_fusion(fn, [x], lambda x: torch.cat([x - x.sum(1, keepdim=True), x], 1), atol=1e-5, rtol=1e-5)
+    fd = define(fn)
+    fd.execute([x])
     assert kernel_count(fd) == 2
-    check_fusion(fn, [a, b], lambda a, b: (a + b)[1:5] * 2.0)
 
 
 def test_slice_symbolic_bounds_run_on_aten():
@@ -468,8 +511,7 @@ def test_cumsum_over_one_element(static):
 
 
 def test_rotary_embedding_pattern():
-    # x * cos + cat([-x2, x1]) * sin: x1 is read only through cat's views (an ATen view, no copy); -x2 is
-    # computed, so it is written by one kernel and read back shifted by the kernel with the cat and the rest
+    # x * cos + cat([-x2, x1]) * sin: one kernel, -x2 recomputed from shifted reads of x
     x, c, s = specials((2, 8, 16)), make((8, 16)), make((8, 16))
 
     def fn(fd):
@@ -484,8 +526,7 @@ def test_rotary_embedding_pattern():
     bits_equal(outs[0], ref(x, c, s), nan_bits=False)
     fd = define(fn)
     fd.execute([x, c, s])
-    assert [(r.kind, r.runs_as) for r in fd.last_execution()] == [
-        ("ExprEval", "aten"), ("PointWise", "triton"), ("PointWise", "triton")]
+    assert kernel_count(fd) == 1
 
 
 # --- randomized: memory reads on random layouts, bit for bit ---------------------------------------------------

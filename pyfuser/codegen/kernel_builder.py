@@ -170,6 +170,7 @@ class KernelBuilder:
         self.access: dict = {}
         self.coordinate_of = None
         self.has_columns = True  # whether the kernel iterates any column dim of extent > 1
+        self.resolve = None  # resolve(expr argument, local values) -> kernel value (set while lowering)
 
     # --- node constructors ------------------------------------------------------------------------------
     def _add(self, v: KValue) -> KValue:

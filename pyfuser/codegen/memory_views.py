@@ -116,3 +116,71 @@ def and_masks(kb, masks: list):
     for m in masks[1:]:
         out = kb.op("{0} & {1}", [out, m], torch.bool)
     return out
+
+
+class Relocation:
+    """An operand made in the kernel (``value``), recomputed by its reader at the reader's output coordinates
+    shifted by constants: the exprs computing it (elementwise ops over outside tensors and over slices/selects of
+    them, segment/loop_domain.py) are lowered again with every outside tensor read through a view shifted
+    accordingly. Tensors of lower rank align to the output's last dims, as elementwise ops do. ``shape`` is the
+    operand's actual shape; ``place`` then fixes the shift and the reader's output extents."""
+
+    def __init__(self, value, closure: list, target, metas: dict):
+        self.value, self.closure, self.target = value, closure, target
+        made = {id(o) for e in closure for o in e.outputs}
+        self.views: dict = {}  # id(outside tensor, or leaf view expr) -> View
+        self._own: dict = {}  # same keys -> (strides of its own dims, base before the shift)
+        shapes: dict = {}
+        for e in closure:
+            if e.op.name in ("slice", "select"):
+                (inner,) = e.op.lower.plan_access(e, metas).views
+                self._own[id(e)] = (inner.strides, inner.base, inner.source)
+                shapes[id(e.outputs[0])] = tuple(inner.sizes)
+                continue
+            for t in e.inputs:
+                if not isinstance(t, TensorView) or id(t) in made or id(t) in self._own or t.is_cpu:
+                    continue  # (a 0-dim CPU scalar is passed by value: the same at every coordinate)
+                meta = metas[id(t)]
+                self._own[id(t)] = (view_strides(meta), 0, t)
+                shapes[id(t)] = tuple(int(n) for n in meta.sizes)
+            shapes[id(e.outputs[0])] = _broadcast_shapes([shapes.get(id(t), ()) for t in e.inputs
+                                                          if isinstance(t, TensorView)])
+        self.shape = shapes[id(value)]
+
+    def place(self, shift: list, target_sizes) -> list:
+        """Views reading at output coordinate c the operand's element at c + shift; returns them."""
+        rank = self.target.ndim
+        for key, (own, base, source) in self._own.items():
+            r = len(own)
+            strides = [0] * rank
+            for j, st in enumerate(own):
+                strides[rank - r + j] = st
+            base += sum(shift[rank - r + j] * st for j, st in enumerate(own))
+            self.views[key] = View(source, self.target, tuple(target_sizes), tuple(strides), base)
+        return list(self.views.values())
+
+    def emit(self, kb, mask=None):
+        """The value at the reader's coordinates; ``mask`` limits every load (lanes the reader discards)."""
+        local: dict = {}
+        for e in self.closure:
+            if id(e) in self.views:
+                local[id(e.outputs[0])] = kb.load(self.views[id(e)].param, mask=mask)
+                continue
+            for t in e.inputs:
+                if isinstance(t, TensorView) and id(t) in self.views and id(t) not in local:
+                    local[id(t)] = kb.load(self.views[id(t)].param, mask=mask)
+            args = kb.resolve(e.args, local)
+            kwargs = {k: kb.resolve(v, local) for k, v in e.kwargs.items()}
+            local[id(e.outputs[0])] = e.op.lower(e, kb, *args, **kwargs)
+        return local[id(self.value)]
+
+
+def _broadcast_shapes(shapes: list) -> tuple:
+    """Elementwise broadcasting (right-aligned, extent 1 stretches)."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = [1] * rank
+    for s in shapes:
+        for j, n in enumerate(s):
+            d = rank - len(s) + j
+            out[d] = n if out[d] == 1 else out[d]
+    return tuple(out)

@@ -156,10 +156,19 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
     dom = build_loop_domain(kernel_exprs, reference, order)
     # Memory reads (slice, pad, cat, ...): their operands are read through views; an input read only that way
     # is no tensor of the loop domain.
-    accesses = {id(e): e.op.lower.plan_access(e, metas) for e in kernel_exprs
-                if getattr(e.op.lower, "plan_access", None) is not None}
+    # Exprs absorbed into a reader that recomputes them at its own coordinates are lowered only there.
+    absorbed = [e for e in kernel_exprs if id(e) in dom.absorbed]
+    if any(id(o) in {id(t) for t in segment.outputs} for e in absorbed for o in e.outputs):
+        raise NotFusable("a value recomputed at shifted coordinates is also needed outside the kernel")
+    kernel_exprs = [e for e in kernel_exprs if id(e) not in dom.absorbed]
+    accesses = {}
+    for e in kernel_exprs:
+        if getattr(e.op.lower, "plan_access", None) is not None:
+            relocated = {vid: closure for (rid, vid), closure in dom.relocated.items() if rid == id(e)}
+            accesses[id(e)] = e.op.lower.plan_access(e, metas, relocated)
     views = [v for a in accesses.values() for v in a.views]
     through_views = {id(v) for e in kernel_exprs for v in memory_operands(e)}
+    through_views |= {id(t) for e in absorbed for t in e.inputs}
     inputs_read = [v for v in inputs if id(v) in dom.tensors or id(v) not in through_views]
     # (tensor whose loop dims index it, its layout) for every tensor argument: inputs, views, outputs.
     memory = ([(tv, metas[id(tv)]) for tv in inputs_read]
@@ -306,9 +315,12 @@ def _lower(segment, kernel_exprs, kb: KernelBuilder, inputs, params, outputs, ho
         values[id(tv)] = kb.arg(f"s{len(scalar_vals)}", _arg_dtype(tv))
         scalar_vals.append(tv)
 
-    def resolve(obj):
+    def resolve(obj, local=None):
+        """Kernel values for an expr's arguments; ``local`` (id -> value) first: a recomputation's own values."""
+        if local is not None and isinstance(obj, (Scalar, TensorView)) and id(obj) in local:
+            return local[id(obj)]
         if isinstance(obj, Vector):
-            return [resolve(e) for e in obj.elements]
+            return [resolve(e, local) for e in obj.elements]
         if isinstance(obj, Scalar):
             if obj.is_constant:
                 return obj.value
@@ -319,10 +331,12 @@ def _lower(segment, kernel_exprs, kb: KernelBuilder, inputs, params, outputs, ho
         if isinstance(obj, TensorView):
             return values[id(obj)]
         if isinstance(obj, list):
-            return [resolve(x) for x in obj]
+            return [resolve(x, local) for x in obj]
         if isinstance(obj, tuple):
-            return tuple(resolve(x) for x in obj)
+            return tuple(resolve(x, local) for x in obj)
         return obj
+
+    kb.resolve = resolve
 
     for e in kernel_exprs:
         args = resolve(e.args)

@@ -5,6 +5,9 @@
 - pad: the input shifted by the left widths (negative widths crop), loaded only inside the input's extent, the
   pad value (cast to the tensor's dtype, as ``F.pad`` does) elsewhere;
 - cat: each input shifted to its offset along the cat dim and loaded only there; the coordinate selects which.
+  An input computed in the kernel by elementwise ops (over outside tensors and slices of them) is recomputed
+  there from shifted reads instead (memory_views.Relocation), as a slice of such a value is: RoPE's
+  ``cat([-x2, x1])`` of halves of ``x`` is part of one kernel.
   An input one element wide along the cat dim (a size-1 broadcast: a column of counts, a ``full``) is the same
   at every cat coordinate, so it may be computed in the same kernel instead of read from memory.
 
@@ -22,6 +25,7 @@ from .lowering import _operand, out_dtype
 from .memory_views import (
     Access,
     MemoryReadLowering,
+    Relocation,
     View,
     and_masks,
     bounds_mask,
@@ -58,8 +62,13 @@ def _slice_bounds(node, sizes) -> list[tuple[int, int]]:
     return out
 
 
-def _plan_slice(node, metas):
+def _plan_slice(node, metas, relocated=None):
     src, out = node.args[0], node.outputs[0]
+    if relocated and id(src) in relocated:  # computed in the kernel: recomputed from the first element kept
+        reloc = Relocation(src, relocated[id(src)], out, metas)
+        bounds = _slice_bounds(node, reloc.shape)
+        sizes = tuple(e - s for s, e in bounds)
+        return Access(reloc.place([s for s, _ in bounds], sizes), info={"relocation": reloc})
     require_gpu_tensor(node, src)
     meta = metas[id(src)]
     bounds = _slice_bounds(node, meta.sizes)
@@ -70,6 +79,8 @@ def _plan_slice(node, metas):
 
 
 def _emit_slice(node, kb, access, *args, **kwargs):
+    if "relocation" in access.info:
+        return access.info["relocation"].emit(kb)
     return kb.load(access.views[0].param)
 
 
@@ -97,7 +108,7 @@ def _padded_dims(node, ndim: int) -> dict:
     return dims
 
 
-def _plan_pad(node, metas):
+def _plan_pad(node, metas, relocated=None):
     src, out = node.args[0], node.outputs[0]
     require_gpu_tensor(node, src)
     meta = metas[id(src)]
@@ -140,26 +151,45 @@ def _cat_operands(node):
     return [t for t in node.args[0] if not _constant_along(t, dim)]
 
 
-def _plan_cat(node, metas):
-    """Views for the inputs read from memory; every input's [lo, hi) range along the cat dim."""
+def _plan_cat(node, metas, relocated=None):
+    """Views for the inputs read from memory (or recomputed: Relocation); every input's [lo, hi) range along the
+    cat dim."""
     out, dim = node.outputs[0], node.kwargs["dim"]
-    views, parts, offset = [], [], 0
+    views, parts, offset, out_sizes = [], [], 0, None
+    relocations = []
     for src in node.args[0]:
         if _constant_along(src, dim):
             parts.append((None, offset, offset + 1))
             offset += 1
             continue
-        require_gpu_tensor(node, src)
-        meta = metas[id(src)]
-        n = int(meta.sizes[dim])
+        if relocated and id(src) in relocated:
+            reloc = Relocation(src, relocated[id(src)], out, metas)
+            sizes = reloc.shape
+        else:
+            reloc = None
+            require_gpu_tensor(node, src)
+            sizes = tuple(int(n) for n in metas[id(src)].sizes)
+        n = int(sizes[dim])
+        if out_sizes is None:
+            out_sizes = list(sizes)
         if n == 0:  # contributes nothing (and an empty tensor cannot be read)
             continue
-        strides = view_strides(meta)
-        views.append(View(src, out, tuple(meta.sizes), strides, -offset * strides[dim]))
-        parts.append((views[-1], offset, offset + n))
+        if reloc is not None:
+            shift = [0] * out.ndim
+            shift[dim] = -offset
+            relocations.append((reloc, shift))
+            parts.append((reloc, offset, offset + n))
+        else:
+            strides = view_strides(metas[id(src)])
+            views.append(View(src, out, (), strides, -offset * strides[dim]))
+            parts.append((views[-1], offset, offset + n))
         offset += n
-    for v in views:
-        v.sizes = v.sizes[:dim] + (offset,) + v.sizes[dim + 1:]
+    if out_sizes is not None:  # (else every input is computed here: nothing to read)
+        out_sizes[dim] = offset
+        for v in views:
+            v.sizes = tuple(out_sizes)
+        for reloc, shift in relocations:
+            views += reloc.place(shift, out_sizes)
     return Access(views, [(out, dim)], {"parts": parts})
 
 
@@ -173,7 +203,13 @@ def _emit_cat(node, kb, access, tensors, dim=0, manual_padding=False):
     parts = []
     for view, lo, hi in access.info["parts"]:
         inside = bounds_mask(kb, coord, lo, hi)
-        parts.append((inside, next(computed) if view is None else kb.load(view.param, mask=inside)))
+        if view is None:
+            value = next(computed)
+        elif isinstance(view, Relocation):
+            value = view.emit(kb, mask=inside)
+        else:
+            value = kb.load(view.param, mask=inside)
+        parts.append((inside, value))
     result = parts[-1][1]
     for inside, value in reversed(parts[:-1]):
         result = kb.op("tl.where({0}, {1}, {2})", [inside, value, result], out_dtype(node))

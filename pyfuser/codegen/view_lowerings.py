@@ -46,7 +46,7 @@ def _select_refusal(node):
     return complex_refusal(node)
 
 
-def _plan_select(node, metas):
+def _plan_select(node, metas, relocated=None):
     src, out, dim = node.args[0], node.outputs[0], node.kwargs["dim"]
     require_gpu_tensor(node, src)
     meta = metas[id(src)]
@@ -73,7 +73,7 @@ def _reshape_refusal(node):
     return complex_refusal(node)
 
 
-def _plan_reshape(node, metas):
+def _plan_reshape(node, metas, relocated=None):
     src, out = node.args[0], node.outputs[0]
     require_gpu_tensor(node, src)
     meta = metas[id(src)]
@@ -118,7 +118,7 @@ def _emit_reshape(node, kb, access, *args, **kwargs):
 # --- full, iota --------------------------------------------------------------------------------------------
 
 
-def _plan_nothing(node, metas):
+def _plan_nothing(node, metas, relocated=None):
     return Access([])
 
 
@@ -127,7 +127,7 @@ def _emit_full(node, kb, access, shape, fill_value, dtype):
     return kb.cast(_operand(kb, fill_value, target), target)
 
 
-def _plan_iota(node, metas):
+def _plan_iota(node, metas, relocated=None):
     return Access([], [(node.outputs[0], 0)])
 
 

@@ -9,7 +9,9 @@ Ops that read a tensor at other coordinates than their output's (slice, pad, cat
 lowering says which operands it reads that way (``lower.memory_operands(node)``) and, where an operand such as an
 index tensor does share loop dims with the output, which (``lower.loop_map``). A memory-read operand takes no
 part in the loop domain, and it must come from outside the segment: a value computed in the kernel exists only
-at the kernel's own coordinates.
+at the kernel's own coordinates. Except: cat and slice may *recompute* an operand made in the kernel by
+elementwise ops over outside tensors (and slices of them) at their own shifted coordinates
+(``relocation_closure``); exprs used only that way are absorbed into the reader.
 
 Reduction exprs name the loop dims they reduce, scans (cumsum) the dim they scan. A segment is one kernel only if
 all its reductions and scans reduce/scan the same loop dims; those become the kernel's "column" dims, the rest its "row" dims (pointwise segments take the
@@ -68,6 +70,72 @@ def memory_operands(node: Expr) -> list:
     return list(fn(node)) if fn is not None else []
 
 
+# Memory reads that may recompute an operand made in the same kernel at their own coordinates (each reads its
+# operand at the output's coordinates shifted by constants), and the views of outside tensors such a
+# recomputation may start from.
+RELOCATING_OPS = ("cat", "slice")
+_LEAF_VIEWS = ("slice", "select")
+
+
+def _is_elementwise(e: Expr) -> bool:
+    return (e.op.kind is OpKind.POINTWISE and e.op.loop_map is None and e.op.name != "segment_set"
+            and e.op.lower is not None and getattr(e.op.lower, "plan_access", None) is None
+            and lowering_refusal(e) is None and all(isinstance(o, TensorView) for o in e.outputs))
+
+
+def relocation_closure(v: TensorView, producer: dict, position: dict) -> Optional[list]:
+    """The exprs (in program order) that compute ``v`` in this kernel, if a memory read can recompute them at
+    shifted coordinates: elementwise ops over tensors from outside the kernel and over slices/selects of such
+    tensors (whose views simply shift). None otherwise."""
+    closure, stack, seen = [], [v], set()
+    while stack:
+        e = producer.get(id(stack.pop()))
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if e.op.name in _LEAF_VIEWS and lowering_refusal(e) is None:
+            if any(id(m) in producer for m in memory_operands(e)):
+                return None
+        elif _is_elementwise(e):
+            stack.extend(t for t in e.inputs if isinstance(t, TensorView))
+        else:
+            return None
+        closure.append(e)
+    return sorted(closure, key=lambda e: position[id(e)])
+
+
+def _absorbed(exprs: list, relocated: dict) -> set:
+    """ids of the exprs only ever used, in this kernel, to be recomputed by memory reads: they are lowered only
+    there, at the readers' coordinates, and take no part in the loop domain."""
+    absorbed = {id(e) for closure in relocated.values() for e in closure}
+    if not absorbed:
+        return absorbed
+    relocated_reads = set(relocated)
+    # A value also needed outside this kernel (returned, or read by another segment) must be computed here at
+    # its own coordinates too.
+    fusion = exprs[0].outputs[0].fusion
+    uses, returned = fusion.uses(), {id(v) for v in fusion.all_outputs()}
+    here = {id(e) for e in exprs}
+    for e in exprs:
+        if id(e) in absorbed and any(id(o) in returned or any(id(u) not in here for u in uses.get(id(o), []))
+                                     for o in e.outputs):
+            absorbed.discard(id(e))
+    changed = True
+    while changed:
+        changed = False
+        for e in exprs:
+            if id(e) in absorbed:
+                continue
+            for v in e.inputs:
+                if not isinstance(v, TensorView) or (id(e), id(v)) in relocated_reads:
+                    continue
+                for p in exprs:
+                    if id(p) in absorbed and any(o is v for o in p.outputs):
+                        absorbed.discard(id(p))  # also needed at the kernel's own coordinates
+                        changed = True
+    return absorbed
+
+
 def column_dims(node: Expr):
     """The input dims a reduction reduces or a scan scans (they must be the kernel's column dims), else None."""
     if node.op.kind is OpKind.REDUCTION:
@@ -97,6 +165,8 @@ class LoopDomain:
     reduced: frozenset  # loop dims reduced by the segment's reductions (the column dims); empty if pointwise
     dims_of: dict = field(default_factory=dict)  # id(tv) -> list[loop dim id]
     tensors: dict = field(default_factory=dict)  # id(tv) -> tv, every tensor of the segment
+    relocated: dict = field(default_factory=dict)  # (id(reader), id(operand)) -> exprs recomputing the operand
+    absorbed: frozenset = frozenset()  # ids of exprs lowered only inside such recomputations
 
     @property
     def row_dims(self) -> list[int]:
@@ -162,19 +232,28 @@ def build_loop_domain(
     given, else logical order); dims it lacks go last among their group."""
     uf = _UnionFind()
     tensors: dict[int, TensorView] = {}
-    made_here = {id(o) for e in exprs for o in e.outputs}
+    producer = {id(o): e for e in exprs for o in e.outputs}
+    position = {id(e): i for i, e in enumerate(exprs)}
+    relocated: dict = {}  # (id(reader), id(operand made here)) -> the exprs recomputing it
     for e in exprs:
-        lower = e.op.lower
-        if lower is None:
+        if e.op.lower is None:
             raise NotFusable(f"fd.ops.{e.op.name} has no Triton lowering")
         refusal = lowering_refusal(e)
         if refusal is not None:
             raise NotFusable(refusal)
-        from_memory = {id(v) for v in memory_operands(e)}
         for v in memory_operands(e):
-            if id(v) in made_here:
-                raise NotFusable(f"fd.ops.{e.op.name} reads {v.name} at other coordinates than its own, and "
-                                 f"{v.name} is computed in the same kernel")
+            if id(v) in producer:
+                closure = relocation_closure(v, producer, position) if e.op.name in RELOCATING_OPS else None
+                if closure is None:
+                    raise NotFusable(f"fd.ops.{e.op.name} reads {v.name} at other coordinates than its own, and "
+                                     f"{v.name} is computed in the same kernel")
+                relocated[(id(e), id(v))] = closure
+    absorbed = _absorbed(exprs, relocated)
+    for e in exprs:
+        if id(e) in absorbed:
+            continue
+        lower = e.op.lower
+        from_memory = {id(v) for v in memory_operands(e)}
         for v in list(e.inputs) + list(e.outputs):
             if isinstance(v, TensorView) and id(v) not in from_memory:
                 tensors[id(v)] = v
@@ -198,6 +277,8 @@ def build_loop_domain(
 
     reduced: set = set()
     for e in exprs:
+        if id(e) in absorbed:
+            continue
         dims = column_dims(e)
         if dims is not None:
             inp = next(v for v in e.inputs if isinstance(v, TensorView))
@@ -215,7 +296,7 @@ def build_loop_domain(
             # cannot index it with a single loop dim per tensor dim.
             raise NotFusable(f"{tensors[tid].name} has two dims on one loop dim")
     if not tensors:
-        return LoopDomain([], 0, frozenset(reduced), dims_of, tensors)
+        return LoopDomain([], 0, frozenset(reduced), dims_of, tensors, relocated, frozenset(absorbed))
     if require_covering and tensors and LoopDomain([], 0, frozenset(), dims_of, tensors).covering_tensor() is None:
         raise NotFusable("the segment's tensors do not share one iteration space")
     if reference is None:
@@ -236,4 +317,4 @@ def build_loop_domain(
     else:
         # Pointwise: the innermost reference dim is the column dim, so tiles follow memory order.
         rows, cols = ordered[:-1], ordered[-1:]
-    return LoopDomain(rows + cols, len(rows), frozenset(reduced), dims_of, tensors)
+    return LoopDomain(rows + cols, len(rows), frozenset(reduced), dims_of, tensors, relocated, frozenset(absorbed))

@@ -22,7 +22,14 @@ from ..ir.fusion import Fusion
 from ..ir.nodes import Expr, Scalar, TensorView, Val, Vector
 from ..ir.packing import is_packed_fp4
 from ..ops.registry import OpKind
-from .loop_domain import NotFusable, build_loop_domain, column_dims, lowering_refusal, memory_operands
+from .loop_domain import (
+    RELOCATING_OPS,
+    NotFusable,
+    build_loop_domain,
+    column_dims,
+    lowering_refusal,
+    memory_operands,
+)
 
 
 class SchedulerKind(enum.Enum):
@@ -93,8 +100,11 @@ def classify(fusion: Fusion) -> dict[int, str]:
             feeds_expr_eval = any(kind.get(id(c)) == _EXPR_EVAL for c in consumers)
             # A view only ever read through views (a slice that cat or pad reads at shifted coordinates) is read
             # from memory anyway: as an ATen view it costs no copy, in a kernel it would be written out first.
+            # (Unless every reader can recompute it at its own coordinates: a slice that cat reads is then part of
+            # the cat's kernel.)
             read_through_views = bool(consumers) and all(
-                any(o is m for o in e.outputs for m in memory_operands(c)) for c in consumers)
+                any(o is m for o in e.outputs for m in memory_operands(c)) for c in consumers) and not all(
+                c.op.name in RELOCATING_OPS and e.op.name in ("slice", "select") for c in consumers)
             kind[id(e)] = _EXPR_EVAL if (is_alias_output or feeds_expr_eval or read_through_views) else _KERNEL
         else:
             kind[id(e)] = _KERNEL
