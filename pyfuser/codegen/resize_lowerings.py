@@ -110,17 +110,26 @@ def _padded_dims(node, ndim: int) -> dict:
 
 def _plan_pad(node, metas, relocated=None):
     src, out = node.args[0], node.outputs[0]
-    require_gpu_tensor(node, src)
-    meta = metas[id(src)]
-    strides = view_strides(meta)
     padded = _padded_dims(node, src.ndim)
-    sizes = list(meta.sizes)
-    base = 0
+    if relocated and id(src) in relocated:  # computed in the kernel: recomputed at the shifted coordinates
+        reloc = Relocation(src, relocated[id(src)], out, metas)
+        in_sizes = reloc.shape
+    else:
+        reloc = None
+        require_gpu_tensor(node, src)
+        in_sizes = tuple(int(n) for n in metas[id(src)].sizes)
+    sizes = list(in_sizes)
     for d, (lo, hi) in padded.items():
-        sizes[d] = int(meta.sizes[d]) + lo + hi
-        base -= lo * strides[d]
-    info = {d: (lo, lo + int(meta.sizes[d])) for d, (lo, _) in padded.items()}
-    return Access([View(src, out, tuple(sizes), strides, base)], [(out, d) for d in padded], info)
+        sizes[d] = in_sizes[d] + lo + hi
+    info = {"bounds": {d: (lo, lo + in_sizes[d]) for d, (lo, _) in padded.items()}}
+    coords = [(out, d) for d in padded]
+    if reloc is not None:
+        info["relocation"] = reloc
+        shift = [-padded[d][0] if d in padded else 0 for d in range(out.ndim)]
+        return Access(reloc.place(shift, sizes), coords, info)
+    strides = view_strides(metas[id(src)])
+    base = -sum(lo * strides[d] for d, (lo, _) in padded.items())
+    return Access([View(src, out, tuple(sizes), strides, base)], coords, info)
 
 
 def _emit_pad(node, kb, access, arg, pad_widths, value=None):
@@ -128,12 +137,16 @@ def _emit_pad(node, kb, access, arg, pad_widths, value=None):
     dtype = out_dtype(node)
     fill = _operand(kb, value if value is not None else (False if dtype == torch.bool else 0), dtype)
     fill = kb.cast(fill, dtype)
-    masks = [bounds_mask(kb, kb.coordinate_of(out, d), lo, hi) for d, (lo, hi) in access.info.items()]
+    reloc = access.info.get("relocation")
+
+    def read(mask=None):
+        return reloc.emit(kb, mask=mask) if reloc is not None else kb.load(access.views[0].param, mask=mask)
+
+    masks = [bounds_mask(kb, kb.coordinate_of(out, d), lo, hi) for d, (lo, hi) in access.info["bounds"].items()]
     if not masks:  # widths of zero only: a copy
-        return kb.load(access.views[0].param)
+        return read()
     inside = and_masks(kb, masks)
-    loaded = kb.load(access.views[0].param, mask=inside)
-    return kb.op("tl.where({0}, {1}, {2})", [inside, loaded, fill], dtype)
+    return kb.op("tl.where({0}, {1}, {2})", [inside, kb.cast(read(inside), dtype), fill], dtype)
 
 
 # --- cat ---------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ Ops that read a tensor at other coordinates than their output's (slice, pad, cat
 lowering says which operands it reads that way (``lower.memory_operands(node)``) and, where an operand such as an
 index tensor does share loop dims with the output, which (``lower.loop_map``). A memory-read operand takes no
 part in the loop domain, and it must come from outside the segment: a value computed in the kernel exists only
-at the kernel's own coordinates. Except: cat and slice may *recompute* an operand made in the kernel by
+at the kernel's own coordinates. Except: cat, slice and pad may *recompute* an operand made in the kernel by
 elementwise ops over outside tensors (and slices of them) at their own shifted coordinates
 (``relocation_closure``); exprs used only that way are absorbed into the reader.
 
@@ -73,7 +73,7 @@ def memory_operands(node: Expr) -> list:
 # Memory reads that may recompute an operand made in the same kernel at their own coordinates (each reads its
 # operand at the output's coordinates shifted by constants), and the views of outside tensors such a
 # recomputation may start from.
-RELOCATING_OPS = ("cat", "slice")
+RELOCATING_OPS = ("cat", "slice", "pad")
 _LEAF_VIEWS = ("slice", "select")
 
 
