@@ -80,7 +80,7 @@ _LEAF_VIEWS = ("slice", "select")
 def _is_elementwise(e: Expr) -> bool:
     return (e.op.kind is OpKind.POINTWISE and e.op.loop_map is None and e.op.name != "segment_set"
             and e.op.lower is not None and getattr(e.op.lower, "plan_access", None) is None
-            and lowering_refusal(e) is None and all(isinstance(o, TensorView) for o in e.outputs))
+            and lowering_refusal(e) is None and len(e.outputs) == 1 and isinstance(e.outputs[0], TensorView))
 
 
 def relocation_closure(v: TensorView, producer: dict, position: dict) -> Optional[list]:
