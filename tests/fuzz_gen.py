@@ -854,6 +854,12 @@ def _ref_op(op: Op, args: list, device):
         return torch.clamp(x.to(c), lo, hi).to(out_dt)
     if name == "cast":
         return args[0].to(kw["dtype"])
+    if name in ("sum", "prod", "max", "min") and not kw["keepdim"] and all(
+            op.args[0].bcast[d] and op.args[0].shape[d] == 1 for d in kw["dims"]):
+        # Reducing only size-1 broadcast dims is a squeeze in nvFuser's IR and in pyfuser (after sum/prod's
+        # dtype cast): a view, so it aliases what its operand aliases.
+        x = args[0] if name in ("max", "min") else args[0].to(kw.get("dtype") or out_dt)
+        return x.squeeze(kw["dims"])
     if name in ("sum", "prod"):
         x = args[0].to(kw.get("dtype") or out_dt).to(c)
         fn = (lambda t: torch.sum(t, kw["dims"], keepdim=kw["keepdim"])) if name == "sum" else (
