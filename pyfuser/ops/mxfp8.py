@@ -26,6 +26,9 @@ from .registry import OpDef, OpKind, OpResult
 
 BLOCK_SIZE = 32
 E4M3_MAX = 448.0
+# fp32(1/448) as a Python float. Either way torch multiplies an fp32 tensor by it (in fp32, or exactly in double
+# and then rounded once), the product is the correctly rounded fp32 one; and no device tensor is made per call.
+_RCP_E4M3_MAX = float(torch.tensor(1.0 / E4M3_MAX, dtype=torch.float32))
 _FP32_MANTISSA_BITS = 23
 
 
@@ -54,7 +57,7 @@ def quantize_mxfp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     blocks = x.to(torch.float32).contiguous().reshape(*x.shape[:-1], k // BLOCK_SIZE, BLOCK_SIZE)
     magnitude = blocks.abs()
     amax = torch.where(torch.isnan(magnitude), torch.zeros_like(magnitude), magnitude).amax(-1)
-    biased = _e8m0_round_up(amax * torch.tensor(1.0 / E4M3_MAX, dtype=torch.float32, device=x.device))
+    biased = _e8m0_round_up(amax * _RCP_E4M3_MAX)
     scaled = blocks * _reciprocal_of_scale(biased).unsqueeze(-1)
     values = scaled.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).reshape(x.shape)
     scales = biased.to(torch.uint8).view(torch.float8_e8m0fnu)
