@@ -649,3 +649,29 @@ def test_random_memory_reads(seed):
     bits_equal(out, expected, nan_bits=False)
     reports = fd.last_execution()
     assert len(reports) == 1 and reports[0].runs_as == "triton", [str(r).splitlines()[0] for r in reports]
+
+
+def test_rotary_embedding_of_a_projection_is_one_kernel():
+    # as traced from a model: the projection's output is reshaped to heads and permuted, then rotated;
+    # the halves are slices of that view chain, recomputed through one composed strided view each
+    B, S, H, D = 2, 5, 3, 8
+    qkv, cos, sin = specials((B * S, H * D), torch.bfloat16), make((S, D)), make((S, D))
+
+    def fn(fd):
+        x, c, s = fd.from_pytorch(qkv), fd.from_pytorch(cos), fd.from_pytorch(sin)
+        q = fd.ops.permute(fd.ops.reshape(x, [B, S, H, D]), [0, 2, 1, 3])  # [B, H, S, D]
+        x1 = fd.ops.slice(q, [0, 0, 0, 0], [B, H, S, D // 2])
+        x2 = fd.ops.slice(q, [0, 0, 0, D // 2], [B, H, S, D])
+        rot = fd.ops.cat([fd.ops.neg(x2), fd.ops.cast(x1, DataType.Float)], 3)
+        fd.add_output(fd.ops.cast(fd.ops.add(fd.ops.mul(q, c), fd.ops.mul(rot, s)), DataType.BFloat16))
+
+    def ref(qkv, cos, sin):
+        q = qkv.reshape(B, S, H, D).permute(0, 2, 1, 3).float()
+        rot = torch.cat([-q[..., D // 2:], q[..., :D // 2]], 3)
+        return (q * cos + rot * sin).bfloat16()
+
+    outs = check_fusion(fn, [qkv, cos, sin], ref)
+    bits_equal(outs[0], ref(qkv, cos, sin), nan_bits=False)
+    fd = define(fn)
+    fd.execute([qkv, cos, sin])
+    assert kernel_count(fd) == 1

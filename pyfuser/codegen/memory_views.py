@@ -25,8 +25,8 @@ from typing import Callable, Optional
 import torch
 
 from ..ir.dtypes import is_complex
-from ..ir.nodes import Scalar, TensorView
-from ..segment.loop_domain import NotFusable
+from ..ir.nodes import Scalar, TensorView, Vector
+from ..segment.loop_domain import CHAIN_VIEWS, NotFusable
 
 
 @dataclass
@@ -128,14 +128,23 @@ class Relocation:
     def __init__(self, value, closure: list, target, metas: dict):
         self.value, self.closure, self.target = value, closure, target
         made = {id(o) for e in closure for o in e.outputs}
-        self.views: dict = {}  # id(outside tensor, or leaf view expr) -> View
-        self._own: dict = {}  # same keys -> (strides of its own dims, base before the shift)
+        self.views: dict = {}  # id(outside tensor, or view expr) -> View
+        self._own: dict = {}  # same keys -> (strides of its own dims, base before the shift, source)
         shapes: dict = {}
+        chained: dict = {}  # id(view output) -> (source, sizes, strides, offset)
         for e in closure:
-            if e.op.name in ("slice", "select"):
-                (inner,) = e.op.lower.plan_access(e, metas).views
-                self._own[id(e)] = (inner.strides, inner.base, inner.source)
-                shapes[id(e.outputs[0])] = tuple(inner.sizes)
+            if e.op.name in CHAIN_VIEWS:
+                src = e.args[0]
+                if id(src) in chained:
+                    root, sizes, strides, offset = chained[id(src)]
+                else:
+                    require_gpu_tensor(e, src)
+                    root, m = src, metas[id(src)]
+                    sizes, strides, offset = tuple(m.sizes), tuple(m.strides), 0
+                out = _view_on_meta(e, sizes, strides, offset)
+                chained[id(e.outputs[0])] = (root, tuple(out.shape), tuple(out.stride()), out.storage_offset())
+                self._own[id(e)] = (view_strides(_Layout(out.shape, out.stride())), out.storage_offset(), root)
+                shapes[id(e.outputs[0])] = tuple(out.shape)
                 continue
             for t in e.inputs:
                 if not isinstance(t, TensorView) or id(t) in made or id(t) in self._own or t.is_cpu:
@@ -146,6 +155,11 @@ class Relocation:
             shapes[id(e.outputs[0])] = _broadcast_shapes([shapes.get(id(t), ()) for t in e.inputs
                                                           if isinstance(t, TensorView)])
         self.shape = shapes[id(value)]
+        # Only the views the elementwise ops (or the reader itself) read become kernel arguments.
+        read = {id(t) for e in closure if e.op.name not in CHAIN_VIEWS for t in e.inputs} | {id(value)}
+        for e in closure:
+            if e.op.name in CHAIN_VIEWS and id(e.outputs[0]) not in read:
+                del self._own[id(e)]
 
     def place(self, shift: list, target_sizes) -> list:
         """Views reading at output coordinate c the operand's element at c + shift; returns them."""
@@ -163,8 +177,9 @@ class Relocation:
         """The value at the reader's coordinates; ``mask`` limits every load (lanes the reader discards)."""
         local: dict = {}
         for e in self.closure:
-            if id(e) in self.views:
-                local[id(e.outputs[0])] = kb.load(self.views[id(e)].param, mask=mask)
+            if e.op.name in CHAIN_VIEWS:  # read through its composed view (intermediate views are never read)
+                if id(e) in self.views:
+                    local[id(e.outputs[0])] = kb.load(self.views[id(e)].param, mask=mask)
                 continue
             for t in e.inputs:
                 if isinstance(t, TensorView) and id(t) in self.views and id(t) not in local:
@@ -173,6 +188,37 @@ class Relocation:
             kwargs = {k: kb.resolve(v, local) for k, v in e.kwargs.items()}
             local[id(e.outputs[0])] = e.op.lower(e, kb, *args, **kwargs)
         return local[id(self.value)]
+
+
+class _Layout:
+    def __init__(self, sizes, strides):
+        self.sizes, self.strides = tuple(sizes), tuple(strides)
+
+
+def _view_on_meta(node, sizes, strides, offset):
+    """The view op ``node`` applied by its ATen evaluator to a meta tensor of this layout: the composed view's
+    sizes, strides and storage offset. Arguments must be known when the fusion is defined, and the result must
+    be a view (a reshape may need a copy)."""
+    from ..segment.loop_domain import CHAIN_VIEWS, NotFusable
+
+    def value(x):
+        if isinstance(x, Scalar):
+            if not x.is_constant:
+                raise NotFusable(f"fd.ops.{node.op.name} with arguments known only at run time")
+            return x.value
+        if isinstance(x, Vector):
+            return [value(el) for el in x.elements]
+        if isinstance(x, (list, tuple)):
+            return type(x)(value(el) for el in x)
+        return x
+
+    extent = offset + sum((n - 1) * st for n, st in zip(sizes, strides) if n > 0) + 1
+    base = torch.empty(max(extent, 1), device="meta").as_strided(sizes, strides, offset)
+    out = node.op.evaluate(node, base, *[value(a) for a in node.args[1:]],
+                           **{k: value(v) for k, v in node.kwargs.items()})
+    if out is not base and not out._is_view():
+        raise NotFusable(f"fd.ops.{node.op.name} of {node.args[0].name} needs a copy on this layout")
+    return out
 
 
 def _broadcast_shapes(shapes: list) -> tuple:

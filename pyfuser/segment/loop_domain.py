@@ -74,7 +74,8 @@ def memory_operands(node: Expr) -> list:
 # operand at the output's coordinates shifted by constants), and the views of outside tensors such a
 # recomputation may start from.
 RELOCATING_OPS = ("cat", "slice", "pad")
-_LEAF_VIEWS = ("slice", "select")
+# View ops a recomputation composes into one strided view of an outside tensor (reshape only where it is a view).
+CHAIN_VIEWS = ("slice", "select", "reshape", "permute", "broadcast", "broadcast_in_dim", "expand", "squeeze")
 
 
 def _is_elementwise(e: Expr) -> bool:
@@ -85,17 +86,27 @@ def _is_elementwise(e: Expr) -> bool:
 
 def relocation_closure(v: TensorView, producer: dict, position: dict) -> Optional[list]:
     """The exprs (in program order) that compute ``v`` in this kernel, if a memory read can recompute them at
-    shifted coordinates: elementwise ops over tensors from outside the kernel and over slices/selects of such
-    tensors (whose views simply shift). None otherwise."""
+    shifted coordinates: elementwise ops over tensors from outside the kernel and over chains of views of such
+    tensors (slice, select, permute, broadcast, reshape...: one strided view, which simply shifts). None
+    otherwise."""
     closure, stack, seen = [], [v], set()
+
+    def view_chain_from_outside(e) -> bool:
+        while e is not None:
+            if e.op.name not in CHAIN_VIEWS or lowering_refusal(e) is not None:
+                return False
+            e = producer.get(id(e.args[0]))
+        return True
+
     while stack:
         e = producer.get(id(stack.pop()))
         if e is None or id(e) in seen:
             continue
         seen.add(id(e))
-        if e.op.name in _LEAF_VIEWS and lowering_refusal(e) is None:
-            if any(id(m) in producer for m in memory_operands(e)):
+        if e.op.name in CHAIN_VIEWS:
+            if not view_chain_from_outside(e):
                 return None
+            stack.append(e.args[0])
         elif _is_elementwise(e):
             stack.extend(t for t in e.inputs if isinstance(t, TensorView))
         else:
