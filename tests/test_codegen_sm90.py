@@ -32,12 +32,14 @@ def corpus():
         ("select, reshape, iota", _select_reshape_iota, [make((3, 4, 6))]),
         ("integer cumsum", _cumsum, [make((3, 40), torch.int32)]),
         ("reshape that is not a view", _reshape_copy, [transposed((8, 12), bf)]),
-        ("rotary embedding (cat of a recomputed operand)", _rope, [make((2, 8, 16), bf), make((8, 16)), make((8, 16))]),
+        ("rotary embedding (cat of a recomputed operand)", _rope, [make((16, 16), bf), make((8, 16)), make((8, 16))]),
     ]
 
 
 def _rope(fd):
-    x = fd.define_tensor([-1, -1, 16], contiguity=[True, True, True], dtype=_dt("BFloat16"))
+    # as traced from a model: a [tokens, heads * 16] projection reshaped to [2, 8, heads, 16] and permuted
+    proj = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("BFloat16"))
+    x = fd.ops.squeeze(fd.ops.permute(fd.ops.reshape(proj, [2, 8, 1, 16]), [0, 2, 1, 3]), [1])
     cos = fd.define_tensor([-1, 16], contiguity=[True, True])
     sin = fd.define_tensor([-1, 16], contiguity=[True, True])
     x1, x2 = fd.ops.slice(x, [0, 0, 0], [2, 8, 8]), fd.ops.slice(x, [0, 0, 8], [2, 8, 16])
