@@ -358,7 +358,7 @@ def test_iota_and_full(dtype, start, step):
 
     def ref(x):
         compute = torch.float32 if tdt == torch.bfloat16 else tdt
-        i = (torch.arange(7, dtype=compute) * (1 if step is None else step) + (0 if start is None else start)).to(tdt)
+        i = (torch.arange(7, dtype=compute, device=x.device) * (1 if step is None else step) + (0 if start is None else start)).to(tdt)
         if tdt == torch.bfloat16:
             return (x.float() * 2 + i.float()), i
         return x * 2 + i, i
@@ -507,7 +507,7 @@ def test_cumsum_over_one_element(static):
         fd.add_output(fd.ops.cumsum(t, 1, init=2))
 
     outs = check_fusion(fn, [x], lambda x: [torch.cumsum(x, 1) - x.long(), torch.cumsum(x, 1) + 2])
-    bits_equal(outs[0], torch.zeros(5, 1, dtype=torch.int64))
+    bits_equal(outs[0], torch.zeros(5, 1, dtype=torch.int64, device=x.device))
 
 
 def test_rotary_embedding_pattern():
