@@ -108,16 +108,20 @@ def _padded_dims(node, ndim: int) -> dict:
     return dims
 
 
+def _source(node, src, out, metas, relocated):
+    """(Relocation or None, sizes) of an operand read by pad or cat: a value computed in the kernel is recomputed
+    at the shifted coordinates; anything else is read from memory (a GPU tensor)."""
+    if relocated and id(src) in relocated:
+        reloc = Relocation(src, relocated[id(src)], out, metas)
+        return reloc, reloc.shape
+    require_gpu_tensor(node, src)
+    return None, tuple(int(n) for n in metas[id(src)].sizes)
+
+
 def _plan_pad(node, metas, relocated=None):
     src, out = node.args[0], node.outputs[0]
     padded = _padded_dims(node, src.ndim)
-    if relocated and id(src) in relocated:  # computed in the kernel: recomputed at the shifted coordinates
-        reloc = Relocation(src, relocated[id(src)], out, metas)
-        in_sizes = reloc.shape
-    else:
-        reloc = None
-        require_gpu_tensor(node, src)
-        in_sizes = tuple(int(n) for n in metas[id(src)].sizes)
+    reloc, in_sizes = _source(node, src, out, metas, relocated)
     sizes = list(in_sizes)
     for d, (lo, hi) in padded.items():
         sizes[d] = in_sizes[d] + lo + hi
@@ -175,13 +179,7 @@ def _plan_cat(node, metas, relocated=None):
             parts.append((None, offset, offset + 1))
             offset += 1
             continue
-        if relocated and id(src) in relocated:
-            reloc = Relocation(src, relocated[id(src)], out, metas)
-            sizes = reloc.shape
-        else:
-            reloc = None
-            require_gpu_tensor(node, src)
-            sizes = tuple(int(n) for n in metas[id(src)].sizes)
+        reloc, sizes = _source(node, src, out, metas, relocated)
         n = int(sizes[dim])
         if out_sizes is None:
             out_sizes = list(sizes)
