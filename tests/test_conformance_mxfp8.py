@@ -105,7 +105,8 @@ def test_mxfp8_values_and_scales_match_reference(dtype):
 def test_mxfp8_scale_is_smallest_power_of_two_covering_amax():
     """Scales round up (nvFuser and Transformer Engine; note torch's cast to e8m0 rounds to nearest instead), so no
     value saturates, and dequantizing gives x back to e4m3's precision."""
-    x = make((8, 256)) * torch.logspace(-20, 20, 8).unsqueeze(1)
+    x = make((8, 256))
+    x = x * torch.logspace(-20, 20, 8, device=x.device).unsqueeze(1)
     outs = define(_fusion(2, DataType.Float)).execute([x])
     amax = x.reshape(8, 8, 32).abs().amax(-1).double()
     scale = outs[1].float().double()

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import pyfuser
-from harness import make, transposed
+from harness import DEVICE, make, transposed
 from pyfuser import (
     DataType,
     FusionDefinition,
@@ -241,7 +241,7 @@ def test_validate_returns_outputs_and_takes_device():
 def _expanded_input():
     """[4, 3, 5] with stride 0 on dims 0 and 1 (an input nvFuser declares with contiguity None and shape -1),
     read from an offset into a larger buffer, with special values."""
-    base = torch.randn(12)
+    base = torch.randn(12, device=DEVICE)
     base[3], base[4], base[5] = float("nan"), float("-inf"), -0.0
     return base[3:8].as_strided((4, 3, 5), (0, 0, 1), 3)
 
@@ -520,6 +520,7 @@ def test_execute_with_dtensors_runs_plain_tensors_and_dtensors():
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate
 
+    a, b = a.cpu(), b.cpu()  # a CPU (gloo) mesh holds CPU shards
     store = dist.HashStore()
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:

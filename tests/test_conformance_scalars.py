@@ -108,7 +108,7 @@ def test_output_computed_only_from_cpu_scalars_is_refused_on_a_device_run():
 
     _refuse_computed_cpu_outputs(define(fine).fusion)
     # a CPU run computes it (nothing to refuse: every tensor is on the host)
-    out = fd.execute([s, d])
+    out = fd.execute([s, d], device="cpu")
     assert out[0].item() == 5.0 and out[1].item() == 0.0 and out[1].device.type == "cpu"
 
 
