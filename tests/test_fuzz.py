@@ -255,7 +255,11 @@ def run_program(program: fuzz_gen.Program, inputs: Optional[list] = None) -> obj
         fd2 = rebuild_from_repr(fd)
         outs2 = fd2.execute(_clone(inputs, program))
         for i, (a, b) in enumerate(zip(outs2, outs)):
-            assert_same(a, b, atol=0, rtol=0, what=f"repr round-trip output {i}")
+            # Bit for bit where both compute exactly; elsewhere within the bound tracked against eager: the
+            # rebuilt definition may segment differently (seed 10692 on the H200: its atan ran in a kernel in one
+            # and on ATen in the other, one ulp apart).
+            atol, rtol = fuzz_gen.tolerances(program.outputs[i])
+            assert_same(a, b, atol=atol, rtol=rtol, what=f"repr round-trip output {i}")
     except Exception as e:  # noqa: BLE001  (every failure gets the same report)
         known = known_bugs(program, e)
         report = [
