@@ -36,7 +36,7 @@ class CompiledFusion:
         # Imported here: pyfuser.ops still imports a helper from this package while it is being loaded.
         from ..runtime.executor_cache import FusionExecutorCache
 
-        _refuse_device_meshes(fusion)
+        refuse_device_meshes(fusion, "a fusion cache")
         self._fusion = fusion
         self._fec = FusionExecutorCache(fusion)
         self.fusion_id = fusion_id
@@ -135,7 +135,7 @@ class LRUCache:
         fusion = _fusion_of(fusion)
         if not fusion.frozen:
             raise FusionDefinitionError("cache_compile: the fusion is still being defined (leave the `with` block first)")
-        _refuse_device_meshes(fusion)  # before the lookup: shardings are not part of the structural key
+        refuse_device_meshes(fusion, "LRUCache.cache_compile")  # before the lookup: shardings are not in the key
         key = structural_key(fusion)
         with self._lock:
             self._lookups += 1
@@ -216,11 +216,12 @@ class LruFusionCache:
         return wrapper
 
 
-def _refuse_device_meshes(fusion: Fusion) -> None:
-    # Run on one rank's blocks alone, a sharded fusion would compute a wrong result (docs/multidevice.md).
-    if fusion.__dict__.get("has_device_mesh"):
-        raise UnsupportedOpError("a fusion with device meshes runs through fd.execute or execute_with_dtensors, "
-                                 "not through a fusion cache")
+def refuse_device_meshes(fusion: Fusion, what: str) -> None:
+    """Run on one rank's blocks alone, a sharded fusion would compute a wrong result (docs/multidevice.md): it runs
+    only through fd.execute or execute_with_dtensors."""
+    if fusion.has_device_mesh:
+        raise UnsupportedOpError(f"{what}: the fusion has device meshes; run it with FusionDefinition.execute or "
+                                 "execute_with_dtensors")
 
 
 def executor_for(fusion: Fusion) -> CompiledFusion:

@@ -17,7 +17,7 @@ from ..ir.nodes import IterDomain, IterType, Scalar, TensorView, Val, Vector
 from ..ops.common import literal_dtype
 from . import profiler
 from .defined_fusion import DefinedFusion
-from .fusion_cache import executor_for
+from .fusion_cache import executor_for, refuse_device_meshes
 from .printer import fusion_to_python
 from .repro import fake_copies, repro_script
 from .validation import compare_outputs, reference_run
@@ -335,7 +335,7 @@ class FusionDefinition:
         None, an int (CUDA index), a string or a torch.device."""
         del profile  # accepted for compatibility: use PythonProfiler to profile
         fusion = self.__dict__.get("_fusion")
-        if fusion is not None and fusion.__dict__.get("has_device_mesh") and SHARDED_EXECUTE is not None:
+        if fusion is not None and fusion.has_device_mesh and SHARDED_EXECUTE is not None:
             # local shards in and out (docs/multidevice.md)
             return SHARDED_EXECUTE(self, inputs, _enable_options, _disable_options)
         fec = self._get_executor()
@@ -421,12 +421,9 @@ class FusionDefinition:
 
 
 def _refuse_device_meshes(fd, what: str) -> None:
-    """The single-device paths would compute on one rank's blocks alone: a fusion with device meshes runs only
-    through execute (or execute_with_dtensors)."""
-    fusion = fd.__dict__.get("_fusion")
-    if fusion is not None and fusion.__dict__.get("has_device_mesh"):
-        raise UnsupportedOpError(f"FusionDefinition.{what}: the fusion has device meshes; run it with execute or "
-                                 f"execute_with_dtensors")
+    fusion = fd.__dict__.get("_fusion")  # (gone after the cache protocol's `del fd._fusion`)
+    if fusion is not None:
+        refuse_device_meshes(fusion, f"FusionDefinition.{what}")
 
 
 def _device_arg(device):

@@ -24,6 +24,9 @@ class Fusion:
         self.aliases: list[tuple[Val, TensorView]] = []  # (value, input it is written into), in order
         self.output_log: list[tuple[Val, Optional[TensorView]]] = []  # every add_output call, for printing
         self.frozen = False
+        # Some tensor has a device mesh (set by pyfuser.distributed): the fusion runs sharded, through
+        # fd.execute / execute_with_dtensors only.
+        self.has_device_mesh = False
 
     # --- construction ------------------------------------------------------------------------------------
     def _new_name(self, prefix: str) -> str:
