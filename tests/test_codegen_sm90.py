@@ -33,7 +33,27 @@ def corpus():
         ("integer cumsum", _cumsum, [make((3, 40), torch.int32)]),
         ("reshape that is not a view", _reshape_copy, [transposed((8, 12), bf)]),
         ("rotary embedding (cat of a recomputed operand)", _rope, [make((16, 16), bf), make((8, 16)), make((8, 16))]),
+        ("MoE router: softmax, top-k, renormalised", _router_topk, [make((24, 8), bf)]),
+        ("top-k smallest of bf16 and int32 along dim 0", _topk_smallest, [make((40, 6), bf), make((40, 6), torch.int32)]),
     ]
+
+
+def _router_topk(fd):
+    x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("BFloat16"))
+    logits = fd.ops.cast(x, _dt("Float"))
+    e = fd.ops.exp(fd.ops.sub(logits, fd.ops.max(logits, dims=[1], keepdim=True)))
+    w, i = fd.ops.topk(fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True)), 2, dim=1, sorted=True)
+    fd.add_output(fd.ops.div(w, fd.ops.sum(w, dims=[1], keepdim=True)))
+    fd.add_output(i)
+
+
+def _topk_smallest(fd):
+    x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("BFloat16"))
+    y = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("Int32"))
+    for t in (x, y):
+        v, i = fd.ops.topk(t, 3, dim=0, largest=False, sorted=True)
+        fd.add_output(v)
+        fd.add_output(i)
 
 
 def _rope(fd):

@@ -6,6 +6,7 @@ from . import interpreter_compat
 from . import elementwise_lowerings  # noqa: F401
 from . import reduction_lowerings  # noqa: F401
 from . import resize_lowerings  # noqa: F401
+from . import sort_lowerings  # noqa: F401
 from . import view_lowerings  # noqa: F401
 
 interpreter_compat.install()

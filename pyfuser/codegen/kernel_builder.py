@@ -124,6 +124,10 @@ class KValue:
     param: Any = None  # load: the TensorParam
     reduction: str = ""  # reduce: key of REDUCTIONS
     uid: int = 0
+    # Lanes where a full value is defined, when that is fewer than the kernel's columns (a Bool KValue, or None:
+    # every column): a top-k result is k wide along a column dim of the input's extent (sort_lowerings.py).
+    # Elementwise ops pass it on; reductions fold only those lanes and stores write only those.
+    valid: Optional["KValue"] = None
 
     @property
     def var(self) -> str:
@@ -165,11 +169,13 @@ class KernelBuilder:
         self.stores: list[tuple[TensorParam, KValue]] = []
         self.scalar_args: list[str] = []
         self.fixed_ints: list[tuple[str, int]] = []  # (arg name, value), see fixed_int
+        self.store_masks: dict[str, KValue] = {}  # param name -> the lanes a narrow output exists in (store)
         # Set by the planner: id(memory-read expr) -> its Access (codegen/memory_views.py), and
         # coordinate_of(tv, dim) -> the KValue of that dim's coordinate.
         self.access: dict = {}
         self.coordinate_of = None
         self.has_columns = True  # whether the kernel iterates any column dim of extent > 1
+        self.n_cols = 0  # the product of the column extents (set by the planner)
         self.resolve = None  # resolve(expr argument, local values) -> kernel value (set while lowering)
 
     # --- node constructors ------------------------------------------------------------------------------
@@ -236,7 +242,19 @@ class KernelBuilder:
         ops = tuple(operands)
         full = any(o.full for o in ops)
         level = max((o.level for o in ops), default=0)
-        return self._add(KValue("op", dtype, ops, template, full, level))
+        v = self._add(KValue("op", dtype, ops, template, full, level))
+        v.valid = self._valid_of(ops)
+        return v
+
+    def _valid_of(self, ops) -> Optional[KValue]:
+        masks = []
+        for o in ops:
+            if o.valid is not None and all(o.valid is not m for m in masks):
+                masks.append(o.valid)
+        out = masks[0] if masks else None
+        for m in masks[1:]:
+            out = self._add(KValue("op", torch.bool, (out, m), "{0} & {1}", True, max(out.level, m.level)))
+        return out
 
     def cast(self, v: KValue, dtype: torch.dtype) -> KValue:
         if v.dtype == dtype:
@@ -252,6 +270,10 @@ class KernelBuilder:
     def reduce(self, kind: str, v: KValue, dtype: Optional[torch.dtype] = None) -> KValue:
         dtype = dtype or v.dtype
         v = self.cast(v, dtype)
+        if v.valid is not None:  # lanes past a narrower tensor's extent take no part
+            ident = self.op(f"tl.full([], {identity_literal(kind, dtype)}, {TL_DTYPE[dtype]})", [], dtype)
+            v = self.op("tl.where({0}, {1}, {2})", [v.valid, v, ident], dtype)
+            v.valid = None
         return self._add(KValue("reduce", dtype, (v,), full=False, level=v.level + 1, reduction=kind))
 
     def scan(self, kind: str, v: KValue) -> KValue:
@@ -264,7 +286,10 @@ class KernelBuilder:
         """The number of reduced elements per row (the product of the column extents)."""
         return self.op("tl.full([], n_cols, tl.int64)", [], torch.int64)
 
-    def store(self, param: TensorParam, v: KValue) -> None:
+    def store(self, param: TensorParam, v: KValue, mask: Optional[KValue] = None) -> None:
+        """``mask`` (a full Bool value) limits the store to the lanes where the tensor exists (a narrow tensor)."""
+        if mask is not None:
+            self.store_masks[param.name] = mask
         self.stores.append((param, self.cast(v, param.dtype)))
 
     @property
@@ -386,9 +411,14 @@ class Emitter:
             if p.has_col:
                 self.w(f"{p.name}_coff = {self._offset(p.col_terms, ccoords, 'c')}")
 
-    def _store(self, p: TensorParam, v: KValue) -> None:
+    def _store(self, p: TensorParam, v: KValue, scope: _Scope) -> None:
         if p.has_col:
-            self.w(f"tl.store({p.name}_ptr + {p.name}_roff + {p.name}_coff, {_expr(v)}, mask=rmask & cmask)")
+            mask = "rmask & cmask"
+            narrow = self.kb.store_masks.get(p.name)
+            if narrow is not None:
+                self.emit_node(narrow, scope, mask)
+                mask += f" & {_expr(narrow)}"
+            self.w(f"tl.store({p.name}_ptr + {p.name}_roff + {p.name}_coff, {_expr(v)}, mask={mask})")
         else:
             if v.full:  # the plan gave a column-varying value to a tensor without column dims
                 raise ValueError(f"internal error: per-row output {p.name} receives a full tile")
@@ -432,7 +462,7 @@ class Emitter:
             mask = "rmask & cmask"
             for p, v in kb.stores:
                 self.emit_node(v, top, mask)
-                self._store(p, v)
+                self._store(p, v, top)
         else:
             self._emit_looped(top, full_stores, row_stores)
         return "\n".join(self.lines) + "\n"
@@ -465,7 +495,7 @@ class Emitter:
                 top.emitted.add(v.uid)
         for p, v in row_stores:
             self._emit_row_deps(v, top)
-            self._store(p, v)
+            self._store(p, v, top)
         if full_stores:
             for p, v in full_stores:
                 self._emit_row_deps(v, top)
@@ -475,7 +505,7 @@ class Emitter:
             inner = _Scope(top)
             for p, v in full_stores:
                 self.emit_node(v, inner, "rmask & cmask")
-                self._store(p, v)
+                self._store(p, v, inner)
             self.indent -= 1
 
     def _emit_row_deps(self, v: KValue, scope: _Scope) -> None:

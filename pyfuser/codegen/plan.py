@@ -87,6 +87,9 @@ def _loop_sizes(dom: LoopDomain, tensors: list) -> dict:
             n = int(meta.sizes[d])
             if n == 1 or meta.strides[d] == 0:
                 continue
+            if ld in dom.narrow:  # a top-k's k next to its input's n: the loop runs over n (narrow_masks)
+                sizes[ld] = max(sizes.get(ld, n), n)
+                continue
             if sizes.get(ld, n) != n:
                 raise NotFusable(f"extents {sizes[ld]} and {n} share one loop dim")
             sizes[ld] = n
@@ -240,8 +243,10 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
     kb = KernelBuilder()
     kb.access = accesses
     kb.has_columns = bool(col_runs)
+    kb.n_cols = n_cols
     kb.coordinate_of = _coordinate_resolver(kb, dom, sizes, row_runs, col_runs, index64)
-    scalar_vals = _lower(segment, kernel_exprs, kb, inputs_read, params, outputs, host_tensors, views)
+    narrow = narrow_masks(kb, dom, sizes, memory, views)
+    scalar_vals = _lower(segment, kernel_exprs, kb, inputs_read, params, outputs, host_tensors, views, narrow)
     if reduction is None:
         mode = "pointwise"
     elif n_cols <= TUNING["persistent_max_cols"]:
@@ -301,7 +306,25 @@ class _ReadThroughView:
     """Stands for an operand that its memory-read op reads through views (it has no value in the kernel)."""
 
 
-def _lower(segment, kernel_exprs, kb: KernelBuilder, inputs, params, outputs, host_tensors, views) -> list:
+def narrow_masks(kb: KernelBuilder, dom: LoopDomain, sizes: dict, memory: list, views: list) -> dict:
+    """id(tensor) -> the Bool lanes where a tensor narrower than its loop dims exists (a top-k result, k of the n
+    columns it shares a loop dim with): its loads and stores are masked to them."""
+    masks: dict = {}
+    for tv, meta in memory:
+        for d, ld in enumerate(dom.dims_of[id(tv)]):
+            n = int(meta.sizes[d])
+            if ld not in dom.narrow or n == 1 or meta.strides[d] == 0 or n == sizes.get(ld, 1):
+                continue
+            if any(v.target is tv for v in views):
+                raise NotFusable(f"a memory read of {tv.name} is narrower than its loop dim")
+            inside = kb.op("{0} < {1}", [kb.coordinate_of(tv, d), kb.fixed_int(n)], torch.bool)
+            prev = masks.get(id(tv))
+            masks[id(tv)] = inside if prev is None else kb.op("{0} & {1}", [prev, inside], torch.bool)
+    return masks
+
+
+def _lower(segment, kernel_exprs, kb: KernelBuilder, inputs, params, outputs, host_tensors, views,
+           narrow: dict) -> list:
     """Lower every expr; returns the Vals passed by value (symbolic Scalars, 0-dim CPU tensors), in argument
     order."""
     values: dict[int, Any] = {}
@@ -309,7 +332,9 @@ def _lower(segment, kernel_exprs, kb: KernelBuilder, inputs, params, outputs, ho
         for v in memory_operands(e):
             values[id(v)] = _ReadThroughView()
     for tv, p in zip(inputs, params):
-        values[id(tv)] = kb.load(p)
+        mask = narrow.get(id(tv))
+        values[id(tv)] = kb.load(p, mask=mask)
+        values[id(tv)].valid = mask
     scalar_vals = []
     for tv in host_tensors:
         values[id(tv)] = kb.arg(f"s{len(scalar_vals)}", _arg_dtype(tv))
@@ -347,7 +372,7 @@ def _lower(segment, kernel_exprs, kb: KernelBuilder, inputs, params, outputs, ho
         for o, r in zip(e.outputs, result):
             values[id(o)] = r
     for tv, p in zip(outputs, params[len(params) - len(outputs):]):
-        kb.store(p, values[id(tv)])
+        kb.store(p, values[id(tv)], narrow.get(id(tv)))
     return scalar_vals
 
 

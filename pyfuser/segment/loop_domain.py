@@ -148,12 +148,21 @@ def _absorbed(exprs: list, relocated: dict) -> set:
 
 
 def column_dims(node: Expr):
-    """The input dims a reduction reduces or a scan scans (they must be the kernel's column dims), else None."""
+    """The input dims a reduction reduces, a scan scans or a selection (top-k) selects along: they must be the
+    kernel's column dims. None for other ops."""
     if node.op.kind is OpKind.REDUCTION:
         return list(node.op.reduced_dims(node))
     if node.op.kind is OpKind.SCAN:
         return [node.kwargs["dim"]]
-    return None
+    fn = getattr(node.op.lower, "column_dims", None)
+    return list(fn(node)) if fn is not None else None
+
+
+def narrowing_dims(node: Expr) -> list:
+    """(output, dim) pairs that ``node`` makes narrower than the input dim they share a loop dim with (top-k's k
+    of n): such a loop dim keeps the widest extent, and narrower tensors are masked along it."""
+    fn = getattr(node.op.lower, "narrowing_dims", None)
+    return list(fn(node)) if fn is not None else []
 
 
 def lowering_refusal(node: Expr):
@@ -178,6 +187,7 @@ class LoopDomain:
     tensors: dict = field(default_factory=dict)  # id(tv) -> tv, every tensor of the segment
     relocated: dict = field(default_factory=dict)  # (id(reader), id(operand)) -> exprs recomputing the operand
     absorbed: frozenset = frozenset()  # ids of exprs lowered only inside such recomputations
+    narrow: frozenset = frozenset()  # loop dims along which some tensors are narrower (see narrowing_dims)
 
     @property
     def row_dims(self) -> list[int]:
@@ -301,13 +311,14 @@ def build_loop_domain(
             reduced = these
 
     dims_of = {tid: [uf.find((tid, d)) for d in range(tv.ndim)] for tid, tv in tensors.items()}
+    narrow = frozenset(uf.find((id(o), d)) for e in exprs if id(e) not in absorbed for o, d in narrowing_dims(e))
     for tid, dims in dims_of.items():
         if len(set(dims)) != len(dims):
             # The tensor is read through two different dim maps (x + x.T, an outer difference): one kernel
             # cannot index it with a single loop dim per tensor dim.
             raise NotFusable(f"{tensors[tid].name} has two dims on one loop dim")
     if not tensors:
-        return LoopDomain([], 0, frozenset(reduced), dims_of, tensors, relocated, frozenset(absorbed))
+        return LoopDomain([], 0, frozenset(reduced), dims_of, tensors, relocated, frozenset(absorbed), narrow)
     if require_covering and tensors and LoopDomain([], 0, frozenset(), dims_of, tensors).covering_tensor() is None:
         raise NotFusable("the segment's tensors do not share one iteration space")
     if reference is None:
@@ -328,4 +339,5 @@ def build_loop_domain(
     else:
         # Pointwise: the innermost reference dim is the column dim, so tiles follow memory order.
         rows, cols = ordered[:-1], ordered[-1:]
-    return LoopDomain(rows + cols, len(rows), frozenset(reduced), dims_of, tensors, relocated, frozenset(absorbed))
+    return LoopDomain(rows + cols, len(rows), frozenset(reduced), dims_of, tensors, relocated, frozenset(absorbed),
+                      narrow)

@@ -91,8 +91,8 @@ def classify(fusion: Fusion) -> dict[int, str]:
             kind[id(e)] = None
         elif e.op.kind is OpKind.OWN_KERNEL:
             kind[id(e)] = _OWN_KERNEL
-        elif (e.op.kind is OpKind.ATEN or e.op.lower is None or _touches_packed_fp4(e)
-              or lowering_refusal(e) is not None):
+        elif (e.op.lower is None or _touches_packed_fp4(e) or lowering_refusal(e) is not None):
+            # (OpKind.ATEN ops have no lowering, except the top-k over small extents: codegen/sort_lowerings.py)
             kind[id(e)] = _EXPR_EVAL
         elif e.op.kind is OpKind.VIEW:
             consumers = [c for o in e.outputs for c in uses.get(id(o), [])]
