@@ -35,7 +35,23 @@ def corpus():
         ("rotary embedding (cat of a recomputed operand)", _rope, [make((16, 16), bf), make((8, 16)), make((8, 16))]),
         ("MoE router: softmax, top-k, renormalised", _router_topk, [make((24, 8), bf)]),
         ("top-k smallest of bf16 and int32 along dim 0", _topk_smallest, [make((40, 6), bf), make((40, 6), torch.int32)]),
+        ("index_select of rows by a computed index (error flag)", _gather_rows,
+         [make((8, 64), bf), torch.randperm(16).to(make((1,)).device)]),
+        ("index_select along columns in a persistent reduction", _gather_cols_sum,
+         [make((5, 12)), torch.tensor([3, 3, 0, 11], dtype=torch.int32).to(make((1,)).device)]),
     ]
+
+
+def _gather_rows(fd):
+    x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("BFloat16"))
+    perm = fd.define_tensor([-1], contiguity=[True], dtype=_dt("Int"))
+    fd.add_output(fd.ops.index_select(x, fd.ops.div(perm, 2), 0))
+
+
+def _gather_cols_sum(fd):
+    x = fd.define_tensor([-1, -1], contiguity=[True, True])
+    i = fd.define_tensor([-1], contiguity=[True], dtype=_dt("Int32"))
+    fd.add_output(fd.ops.sum(fd.ops.index_select(x, i, 1), dims=[1]))
 
 
 def _router_topk(fd):

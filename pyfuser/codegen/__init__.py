@@ -4,6 +4,7 @@ op registry (``OpDef.lower``), by op name, and, when kernels run under Triton's 
 
 from . import interpreter_compat
 from . import elementwise_lowerings  # noqa: F401
+from . import gather_lowerings  # noqa: F401
 from . import reduction_lowerings  # noqa: F401
 from . import resize_lowerings  # noqa: F401
 from . import sort_lowerings  # noqa: F401

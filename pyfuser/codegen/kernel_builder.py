@@ -170,6 +170,9 @@ class KernelBuilder:
         self.scalar_args: list[str] = []
         self.fixed_ints: list[tuple[str, int]] = []  # (arg name, value), see fixed_int
         self.store_masks: dict[str, KValue] = {}  # param name -> the lanes a narrow output exists in (store)
+        # Run-time checks (an index out of range): each ORs into its own slot of the call's error flags
+        # (runtime/device_errors.py); the kernel takes ``err_ptr`` and one ``err_slot<i>`` per check.
+        self.checks: list = []
         # Set by the planner: id(memory-read expr) -> its Access (codegen/memory_views.py), and
         # coordinate_of(tv, dim) -> the KValue of that dim's coordinate.
         self.access: dict = {}
@@ -282,6 +285,14 @@ class KernelBuilder:
             raise ValueError(f"internal error: no scan {kind!r}")
         return self._add(KValue("scan", v.dtype, (v,), full=True, level=v.level + 1, reduction=kind))
 
+    def error_flag(self, bad: KValue, check) -> KValue:
+        """A node that sets the error flag of ``check`` (an object with ``messages(bits)``) where ``bad`` holds on a
+        lane the kernel computes. Make the values that must not exist without it depend on it (as an extra
+        operand): it is emitted before them, in whichever pass computes them."""
+        i = len(self.checks)
+        self.checks.append(check)
+        return self._add(KValue("flag", torch.int32, (bad,), f"err_slot{i}", full=bad.full, level=bad.level))
+
     def n_reduced(self) -> KValue:
         """The number of reduced elements per row (the product of the column extents)."""
         return self.op("tl.full([], n_cols, tl.int64)", [], torch.int64)
@@ -383,6 +394,11 @@ class Emitter:
             self.w(f"{v.var} = tl.load({p.name}_ptr + {addr}{extra}, mask={mask}, other={zero})")
         elif v.kind == "op":
             self.w(f"{v.var} = {v.template.format(*[_expr(o) for o in v.operands])}")
+        elif v.kind == "flag":
+            # Any lane flagged sets the slot (every program writes the same 1: no read-modify-write race).
+            (bad,) = v.operands
+            any_bad = f"tl.max(tl.where({col_mask}, {_expr(bad)}, 0).to(tl.int32))"
+            self.w(f"tl.store(err_ptr + {v.template}, tl.full([], 1, tl.int32), mask={any_bad} > 0)")
         elif v.kind == "scan":
             if self.mode != "persistent":
                 raise ValueError("internal error: a scan outside a persistent kernel")
@@ -426,7 +442,8 @@ class Emitter:
 
     def source(self, name: str) -> str:
         kb = self.kb
-        args = [f"{p.name}_ptr" for p in self.params] + list(kb.scalar_args)
+        args = [f"{p.name}_ptr" for p in self.params] + (["err_ptr"] if kb.checks else []) + list(kb.scalar_args)
+        args += [f"err_slot{i}" for i in range(len(kb.checks))]
         args += [f"rs{i}" for i in range(self.n_row_dims)] + [f"cs{i}" for i in range(self.n_col_dims)]
         for p in self.params:
             args += p.arg_names()

@@ -59,6 +59,9 @@ class KernelPlan:
     n_rows: int
     n_cols: int
     arg_types: dict  # argument name -> Triton signature type ("*bf16", "i64", "fp32", "constexpr")
+    # Run-time checks (index_select's index range): the kernel takes the call's error flags (int32) after the
+    # tensor pointers and one slot per check after the scalars (codegen/gather_lowerings.py).
+    checks: tuple = ()
 
     def compile_spec(self) -> tuple[dict, dict]:
         """(signature, constexprs) for ``triton.compile`` of this kernel ahead of time (e.g. for sm_90 in CI)."""
@@ -264,8 +267,12 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
     grid = (n_blocks_r * -(-n_cols // block_c),) if mode == "pointwise" else (n_blocks_r,)
     fixed = fixed_sizes + stride_args + [v for _, v in kb.fixed_ints] + [n_rows, n_cols // n_cols_factor]
     arg_types = {f"{p.name}_ptr": "*" + _SIG_DTYPE[p.dtype] for p in params}
+    if kb.checks:
+        arg_types["err_ptr"] = "*i32"
     for i, sv in enumerate(scalar_vals):
         arg_types[f"s{i}"] = "fp32" if _arg_dtype(sv).is_floating_point else "i64"
+    for i in range(len(kb.checks)):
+        arg_types[f"err_slot{i}"] = "i32"
     fixed_names = [f"rs{i}" for i in range(len(row_runs))] + [f"cs{i}" for i in range(len(col_runs))]
     fixed_names += [name for p in params for name in p.arg_names()] + [name for name, _ in kb.fixed_ints]
     fixed_names += ["n_rows", "n_cols" if n_cols_factor == 1 else "n_cols_q"]
@@ -274,7 +281,7 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
     arg_types.update(BLOCK_R="constexpr", BLOCK_C="constexpr")
     pointer_inputs = inputs_read + [v.source for v in views]
     return KernelPlan(name, source, mode, pointer_inputs, outputs, scalar_vals, fixed, block_r, block_c, grid, num_warps,
-                      n_rows, n_cols, arg_types)
+                      n_rows, n_cols, arg_types, tuple(kb.checks))
 
 
 def _coordinate_resolver(kb: KernelBuilder, dom: LoopDomain, sizes: dict, row_runs, col_runs, index64: bool):

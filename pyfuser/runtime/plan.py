@@ -174,7 +174,7 @@ class ExecutionPlan:
         """Whether every step is a generated kernel without a layout guard or negative-bit operands to resolve, and
         nothing is written into inputs."""
         return (not self.aliases and not self.resolve_bits
-                and all(isinstance(s, KernelStep) and not s.guards for s in self.steps))
+                and all(isinstance(s, KernelStep) and not s.guards and not s.plan.checks for s in self.steps))
 
     def finish(self, v: list, flat: Sequence[Any]) -> list:
         """Write alias outputs into their inputs (the caller's tensors, not resolved copies), pick the outputs."""

@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..errors import FusionExecutionError, PyfuserError
+from ..ops import run_context
 
 
 @dataclass
@@ -186,9 +187,28 @@ class KernelStep:
             ins = [v[s] for s in self.in_slots]
             if self.resolve_bits:
                 ins = [_resolved(t) for t in ins]
-            self.launcher.launch_bound(ins + outs, self.bind_scalars(v))
+            if self.plan.checks:
+                self._launch_checked(ins + outs, self.bind_scalars(v))
+            else:
+                self.launcher.launch_bound(ins + outs, self.bind_scalars(v))
         for slot, t in zip(self.out_slots, outs):
             v[slot] = t
+
+    def _launch_checked(self, tensors: list, scalars: tuple) -> None:
+        """A kernel with run-time checks (an index out of range) sets the call's error flags: on CUDA the
+        runtime's device-error sink (pinned host memory the GPU writes; the next call raises, no sync), elsewhere
+        (the interpreter), or with no slot left, flags of its own that are read right after the launch."""
+        checks = self.plan.checks
+        ctx = run_context.current()
+        where = [ctx.error_slot(c) for c in checks] if ctx is not None and ctx.errors is not None else [None]
+        if all(w is not None for w in where):
+            self.launcher.launch_bound(tensors + [where[0][0]], tuple(scalars) + tuple(w[1] for w in where))
+            return
+        flags = torch.zeros(len(checks), dtype=torch.int32, device=self.device)
+        self.launcher.launch_bound(tensors + [flags], tuple(scalars) + tuple(range(len(checks))))
+        bits = flags.tolist()
+        if any(bits):
+            raise FusionExecutionError("; ".join(m for c, b in zip(checks, bits) if b for m in c.messages(b)))
 
     def describe(self) -> StepReport:
         return StepReport("triton", self.plan.name, "", self.plan.source)

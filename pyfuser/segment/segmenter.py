@@ -106,6 +106,14 @@ def classify(fusion: Fusion) -> dict[int, str]:
                 any(o is m for o in e.outputs for m in memory_operands(c)) for c in consumers) and not all(
                 c.op.name in RELOCATING_OPS and e.op.name in ("slice", "select") for c in consumers)
             kind[id(e)] = _EXPR_EVAL if (is_alias_output or feeds_expr_eval or read_through_views) else _KERNEL
+        elif e.op.kind is OpKind.INDEXING and memory_operands(e):
+            # A gather (index_select) whose every reader reads it at other coordinates (a reshape of the gathered
+            # rows) could only be a kernel of its own, written out and read back: ATen does that in the segment
+            # of its neighbours instead of adding one.
+            consumers = [c for o in e.outputs for c in uses.get(id(o), [])]
+            read_through_views = bool(consumers) and all(
+                any(o is m for o in e.outputs for m in memory_operands(c)) for c in consumers)
+            kind[id(e)] = _EXPR_EVAL if read_through_views else _KERNEL
         else:
             kind[id(e)] = _KERNEL
     return kind
