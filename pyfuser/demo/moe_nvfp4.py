@@ -210,11 +210,20 @@ def define_counts(fd: FusionDefinition, ids, M: int, E: int):
 
 
 def define_offsets(fd: FusionDefinition, counts, E: int) -> tuple:
-    """(START offsets (exclusive cumsum), block-scale offsets padded to 128 rows, counts as an [E, 1] column)."""
-    starts = fd.ops.cast(fd.ops.sub(fd.ops.cumsum(counts, dim=0), counts), DataType.Int32)
-    padded = fd.ops.mul(fd.ops.div(fd.ops.add(counts, 127), 128), 128)
+    """(START offsets (exclusive cumsum), block-scale offsets padded to 128 rows, each group's rows as an [E, 1]
+    column).
+
+    The rows of group i are taken as end - start of its range (equal to its count): everything below then comes
+    out of the one kernel that scans the counts along the expert dim (the padded scan and the problem-size tables
+    share that dim), instead of the counting reduction writing an epilogue that two more kernels read back
+    (docs/codegen.md)."""
+    ends = fd.ops.cumsum(counts, dim=0)
+    starts_int = fd.ops.sub(ends, counts)
+    starts = fd.ops.cast(starts_int, DataType.Int32)
+    rows = fd.ops.sub(ends, starts_int)
+    padded = fd.ops.mul(fd.ops.div(fd.ops.add(rows, 127), 128), 128)
     sf_starts = fd.ops.cast(fd.ops.sub(fd.ops.cumsum(padded, dim=0), padded), DataType.Int32)
-    counts_col = fd.ops.broadcast_in_dim(fd.ops.cast(counts, DataType.Int32), shape=[E, 1], broadcast_dims=[0])
+    counts_col = fd.ops.broadcast_in_dim(fd.ops.cast(rows, DataType.Int32), shape=[E, 1], broadcast_dims=[0])
     return starts, sf_starts, counts_col
 
 
@@ -251,11 +260,21 @@ def define_experts(fd: FusionDefinition, cfg: MoEConfig, x_perm, experts, offset
 
 
 def define_combine(fd: FusionDefinition, cfg: MoEConfig, y_perm, inv_perm, topw, T: int):
-    """Un-permute and take the routing-weighted sum over the k slots: [T, H] bf16."""
+    """Un-permute and take the routing-weighted sum over the k slots: [T, H] bf16.
+
+    Slot by slot: the rows of slot s are gathered with that slot's column of the inverse permutation, so each
+    gather reads its index at the output's own coordinates and the gathers, products and sum are one kernel (a
+    reshape of gathered rows would have to read them back from memory). The fp32 sum runs over the slots in
+    order: for k = 2 exactly the one addition a sum over the slot dim makes."""
     k, H = cfg.top_k, cfg.hidden
-    y = fd.ops.cast(fd.ops.reshape(fd.ops.index_select(y_perm, inv_perm, 0), [T, k, H]), DataType.Float)
-    wts = fd.ops.broadcast_in_dim(topw, shape=[T, k, H], broadcast_dims=[0, 1])
-    return fd.ops.cast(fd.ops.sum(fd.ops.mul(y, wts), dims=[1]), DataType.BFloat16)
+    rows = fd.ops.reshape(inv_perm, [T, k])  # permuted row of each (token, slot)
+    total = None
+    for s in range(k):
+        y = fd.ops.cast(fd.ops.index_select(y_perm, fd.ops.select(rows, s, 1), 0), DataType.Float)
+        w = fd.ops.broadcast_in_dim(fd.ops.select(topw, s, 1), shape=[T, H], broadcast_dims=[0])
+        term = fd.ops.mul(y, w)
+        total = term if total is None else fd.ops.add(total, term)
+    return fd.ops.cast(total, DataType.BFloat16)
 
 
 class MoENVFP4:

@@ -1,0 +1,79 @@
+"""The NVFP4 MoE layer fusion's segments (pyfuser/demo/moe_nvfp4.py): which ops fuse, how many segments, and the
+output bit for bit equal to the layer as it was defined before its combine and offsets were restructured for
+fusion (a reshape of gathered rows summed over the slot dim; offsets scanned from the counts)."""
+
+from __future__ import annotations
+
+import torch
+from harness import DEVICE
+
+from pyfuser import DataType, FusionDefinition
+from pyfuser.demo import moe_nvfp4 as moe
+
+TINY = moe.MoEConfig(hidden=128, intermediate=64, experts=4, top_k=2)
+
+# What runs, segment by segment (kind, ops that must be in it). 15 segments before top-k, index_select and the
+# offsets/tables merge; the rest is bounded by the segmenter's rules (docs/codegen.md, "The MoE layer").
+EXPECTED = [
+    ("ExprEval", {"linear"}),
+    ("InnerPersistent", {"max", "exp", "topk"}),  # softmax, top-k, renormalised weights: one kernel
+    ("ExprEval", {"argsort"}),
+    ("PointWise", {"div", "index_select"}),  # permuted rows of x gathered by flat index // k
+    ("Reduction", {"eq", "sum"}),  # tokens per expert
+    ("InnerPersistent", {"cumsum", "cat", "full"}),  # both offset scans and both problem-size tables
+    ("PointWise", {"nv_grouped_block_quantize"}),
+    ("ExprEval", {"cutlass_nvfp4_grouped_mm"}),
+    ("PointWise", {"silu", "mul"}),
+    ("PointWise", {"nv_grouped_block_quantize"}),
+    ("ExprEval", {"cutlass_nvfp4_grouped_mm"}),
+    ("PointWise", {"index_select", "mul", "add"}),  # un-permute and weighted sum over the slots
+]
+
+
+def _old_offsets(fd, counts, E):
+    starts = fd.ops.cast(fd.ops.sub(fd.ops.cumsum(counts, dim=0), counts), DataType.Int32)
+    padded = fd.ops.mul(fd.ops.div(fd.ops.add(counts, 127), 128), 128)
+    sf_starts = fd.ops.cast(fd.ops.sub(fd.ops.cumsum(padded, dim=0), padded), DataType.Int32)
+    counts_col = fd.ops.broadcast_in_dim(fd.ops.cast(counts, DataType.Int32), shape=[E, 1], broadcast_dims=[0])
+    return starts, sf_starts, counts_col
+
+
+def _old_combine(fd, cfg, y_perm, inv_perm, topw, T):
+    k, H = cfg.top_k, cfg.hidden
+    y = fd.ops.cast(fd.ops.reshape(fd.ops.index_select(y_perm, inv_perm, 0), [T, k, H]), DataType.Float)
+    wts = fd.ops.broadcast_in_dim(topw, shape=[T, k, H], broadcast_dims=[0, 1])
+    return fd.ops.cast(fd.ops.sum(fd.ops.mul(y, wts), dims=[1]), DataType.BFloat16)
+
+
+def _old_fusion(cfg, T):
+    with FusionDefinition() as fd:
+        E, k = cfg.experts, cfg.top_k
+        M = T * k
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        w_router = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        experts = moe.define_expert_weights(fd)
+        topw, topi = moe.define_router(fd, x, w_router, k)
+        flat_ids, x_perm, inv_perm = moe.define_permutation(fd, x, topi, M, k)
+        offsets = _old_offsets(fd, moe.define_counts(fd, flat_ids, M, E), E)
+        y_perm = moe.define_experts(fd, cfg, x_perm, experts, offsets, M, E, "grouped")
+        fd.add_output(_old_combine(fd, cfg, y_perm, inv_perm, topw, T))
+    return fd
+
+
+def test_moe_layer_segments_and_values_as_before():
+    T = 24
+    weights = moe.quantize_weights(moe.make_weights(TINY, DEVICE, seed=3))
+    layer = moe.MoENVFP4(TINY, weights)
+    x = torch.randn(T, TINY.hidden, generator=torch.Generator().manual_seed(4)).to(DEVICE, torch.bfloat16)
+    out = layer(x)
+    fd = layer.fusion(T)
+    reports = fd.last_execution()
+    segments = fd.segments()
+    assert len(segments) == len(EXPECTED), [s.kind.value for s in segments]
+    for seg, report, (kind, ops) in zip(segments, reports, EXPECTED):
+        names = {e.op.name for e in seg.exprs}
+        assert seg.kind.value == kind and ops <= names, (seg.index, seg.kind.value, sorted(names))
+        if kind != "ExprEval" and "nv_grouped_block_quantize" not in names:
+            assert "triton kernel" in str(report), str(report)  # a generated kernel, not the ATen fallback
+    (before,) = _old_fusion(TINY, T).execute(layer.inputs(x))
+    assert torch.equal(out.view(torch.int16), before.view(torch.int16))
