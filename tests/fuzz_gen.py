@@ -79,6 +79,9 @@ class Val:
     scalar: bool = False  # a symbolic scalar input (a Python number at execute)
     # ops on this value's path that may legitimately decide the sign of a zero differently (ZERO_SIGN_OPS)
     zero_ops: frozenset = frozenset()
+    # may hold an expanded broadcast dim in the IR (an expanded input, broadcast_in_dim/expand on its path): a
+    # sum/prod over one scales by the extent, which makes a reduced-precision result Float, as in nvFuser
+    repeats: bool = False
 
     @property
     def rank(self) -> int:
@@ -315,15 +318,20 @@ class Builder:
     # --- inputs ---------------------------------------------------------------------------------------------
     def input(self, shape, dtype, layout="contiguous", dist="normal", seed=0) -> Val:
         shape = tuple(shape)
-        if dtype == BOOL:
+        if dist.startswith("index"):  # indices in [0, n)
+            mag = float(int(dist[len("index"):]))
+        elif dist == "distinct":  # a permutation of numel values (quarters for floats), see make_input
+            mag = float(math.prod(shape)) / (4 if dtype in FLOATS else 1) + 1
+        elif dtype == BOOL:
             mag = 1.0
         elif dtype in INTS:
             mag = float(torch.iinfo(dtype).max) if dist == "special" else 5.0
         else:
             mag = 2.0 if dist == "discrete" else 3.0
         v = Val(self._name("t"), shape, dtype, tuple(s == 1 for s in shape), mag=mag,
-                special=dist == "special" and dtype in FLOATS)
+                special=dist in ("special", "distinct") and dtype in FLOATS)
         _mark_nonneg(v, dtype == BOOL)
+        v.repeats = layout.startswith("expanded")
         self.program.inputs.append(InputSpec(v, layout, dist if dtype != BOOL else "normal", seed))
         self.values.append(v)
         return v
@@ -341,8 +349,10 @@ class Builder:
         inherited = frozenset().union(*[a.zero_ops for a in args if isinstance(a, Val)])
         if name in ZERO_SIGN_OPS:
             inherited |= {name}
+        repeats = name in ("broadcast_in_dim", "expand") or any(a.repeats for a in args if isinstance(a, Val))
         for o in outs:
             o.zero_ops = o.zero_ops | inherited
+            o.repeats = repeats
         self.program.ops.append(Op(name, tuple(args), dict(kwargs), outs, compute))
         self.values.extend(outs)
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -368,7 +378,23 @@ class Builder:
             return self._reduction(name, *args, **kwargs)
         if name in VIEWS:
             return getattr(self, "_" + name)(*args, **kwargs)
+        if name in ("index_select", "topk"):
+            return getattr(self, "_" + name)(*args, **kwargs)
         raise KeyError(name)
+
+    # indexing and selection
+    def _index_select(self, x: Val, index: Val, dim: int):
+        shape, bc = list(x.shape), list(x.bcast)
+        shape[dim], bc[dim] = index.shape[0], False
+        out = self._new(shape, x.dtype, bc, x.mag, x.err, fma=x.fma, special=x.special, lo=x.lo, nonneg=_nonneg(x))
+        return self._emit("index_select", [x, index], {"dim": dim}, [out])
+
+    def _topk(self, x: Val, k: int, dim: int, largest: bool):
+        shape, bc = list(x.shape), list(x.bcast)
+        shape[dim], bc[dim] = k, False
+        values = self._new(shape, x.dtype, bc, x.mag, x.err, special=x.special, lo=x.lo, nonneg=_nonneg(x))
+        indices = self._new(shape, I64, bc, float(x.shape[dim]), 0.0, nonneg=True)
+        return self._emit("topk", [x, k], {"dim": dim, "largest": largest, "sorted": True}, [values, indices])
 
     def _new(self, shape, dtype, bcast, mag, err, *, fma=False, special=False, lo=0.0, nonneg=False) -> Val:
         v = Val(self._name("v"), tuple(shape), dtype, tuple(bcast), mag=mag, err=err, fma=fma, special=special, lo=lo)
@@ -557,6 +583,8 @@ class Builder:
             src = dtype if dtype is not None else (I64 if x.dtype in INTS + (BOOL,) else x.dtype)
             if dtype is not None:
                 kwargs["dtype"] = dtype
+            if src in REDUCED and x.repeats:
+                raise Skip("reduced-precision sum/prod over a possibly expanded dim (its dtype depends on the IR)")
             c = compute_dtype(src)
             mag = n * x.mag if name == "sum" else x.mag**n
             if c in FLOATS:
@@ -673,7 +701,20 @@ def make_input(spec: InputSpec, device) -> Any:
 
     def fill(storage_shape):
         storage_shape = list(storage_shape)
-        if dt == BOOL:
+        if spec.dist.startswith("index"):
+            t = torch.randint(0, int(spec.dist[len("index"):]), storage_shape, generator=g).to(dt)
+        elif spec.dist == "distinct":
+            # No two elements equal (top-k's tie order is unspecified in eager): a permutation; floats in quarters
+            # with one NaN, +inf, -inf and the zero made -0.0 at random places.
+            n = math.prod(storage_shape)
+            t = (torch.randperm(n, generator=g) - n // 2).to(torch.float64 if dt in FLOATS else dt)
+            if dt in FLOATS:
+                t = t * 0.25
+                t = torch.where(t == 0, -0.0, t)
+                pos = torch.randperm(n, generator=g)[:3]
+                t[pos] = torch.tensor([math.nan, math.inf, -math.inf], dtype=torch.float64)[: pos.numel()]
+            t = t.reshape(storage_shape).to(dt)
+        elif dt == BOOL:
             t = torch.randint(0, 2, storage_shape, generator=g).bool()
         elif dt in INTS:
             t = torch.randint(-5, 6, storage_shape, generator=g).to(dt)
@@ -872,6 +913,10 @@ def _ref_op(op: Op, args: list, device):
         return torch.var(args[0].to(c), kw["dims"], correction=kw["correction"], keepdim=kw["keepdim"])
     if name == "var_mean":
         return torch.var_mean(args[0].to(c), kw["dims"], correction=kw["correction"], keepdim=kw["keepdim"])
+    if name == "index_select":
+        return torch.index_select(args[0], kw["dim"], args[1])
+    if name == "topk":  # values all distinct (the "distinct" inputs): eager's tie order never matters
+        return tuple(torch.topk(args[0], args[1], dim=kw["dim"], largest=kw["largest"], sorted=True))
     x = args[0]
     if name == "permute":
         return x.permute(kw["dims"])
@@ -1248,8 +1293,50 @@ class Generator:
                 y = self.b.apply("add", y, bias)
         return y
 
+    def gen_index_select(self):
+        r = self.rng
+        x = self.pick(lambda v: not v.scalar and v.rank >= 1 and v.numel > 0)
+        dim = r.randrange(x.rank)
+        n = x.shape[dim]
+        if len(self.b.program.inputs) >= 5:
+            raise Skip("too many inputs")
+        m = r.choice([1, 3, 5, 8, n])
+        if r.random() < 0.4:  # the index computed in the kernel: flat index // 2 (as the MoE layer's token)
+            flat = self._index_input(m, 2 * n)
+            index = self.b.apply("div", flat, 2)
+        else:
+            index = self._index_input(m, n)
+        return self.b.apply("index_select", x, index, dim)
+
+    def _index_input(self, m, n) -> Val:
+        r = self.rng
+        self._input_seed += 1
+        v = self.b.input((m,), r.choice([I64, I32]), r.choice(["contiguous", "offset", "strided", "sliced"]),
+                         f"index{n}", self._input_seed)
+        return v
+
+    def gen_topk(self):
+        r = self.rng
+        if len(self.b.program.inputs) >= 5:
+            raise Skip("too many inputs")
+        shape = list(self.base_shape())
+        if not shape or 0 in shape:
+            raise Skip("topk shape")
+        dim = r.randrange(len(shape))
+        shape[dim] = max(shape[dim], r.randint(2, 12))
+        if math.prod(shape) > MAX_NUMEL:
+            raise Skip("topk size")
+        self._input_seed += 1
+        layout = r.choice(["contiguous", "offset", "sliced"] + (["transposed"] if len(shape) >= 2 else []))
+        x = self.b.input(tuple(shape), r.choice([F32, F64, I32, I64]), layout, "distinct", self._input_seed)
+        k = r.randint(2, min(shape[dim], 5))
+        values, indices = self.b.apply("topk", x, k, dim, r.random() < 0.7)
+        if r.random() < 0.5 and values.is_float:  # renormalised, as the MoE router's weights
+            values = self.b.apply("div", values, self.b.apply("add", self.b.apply("abs", values), 1.0))
+        return values
+
     FAMILIES = [("unary", 24), ("binary", 26), ("where", 6), ("cast", 8), ("clamp", 2), ("view", 14),
-                ("reduction", 14), ("softmax", 3), ("layernorm", 3)]
+                ("reduction", 14), ("softmax", 3), ("layernorm", 3), ("index_select", 3), ("topk", 2)]
 
     def generate(self) -> Program:
         r = self.rng

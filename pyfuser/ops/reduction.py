@@ -3,6 +3,8 @@
 Dtype rules (frontend.md "Result dtypes"):
 - sum/prod: ``dtype`` (not Null) casts the input first and is the result dtype, as in nvFuser and torch. With
   dtype Null, integer and bool inputs give Int (torch accumulates them in int64 too) and floats keep their dtype.
+  Over an expanded broadcast dim they scale instead (see _squeeze_then_reduce), which makes a reduced-precision
+  result Float, as in nvFuser.
 - max/min keep the input dtype; nvFuser rejects a dtype other than Null for them, and so do we.
 - var/var_mean/welford need a floating-point input (torch rejects integers); reduced-precision inputs give Float.
 - cumsum/cumprod follow sum/prod (Int for integer/bool inputs, as torch.cumsum does); cummax/cummin keep the dtype.
@@ -205,9 +207,15 @@ def _register_reduction(name: str):
         keep = _pick_keepdim(name, keepdim, keep_dim)
         dtype = DataType.Null if dtype is _MISSING else dtype
         cast, compute, out_dt = _reduce_types(name, tv.dtype, dtype)
-        trivial = [d for d in norm if tv.logical[d].is_broadcast and not tv.logical[d].expanded]
-        if trivial and not keep:
-            return _squeeze_then_reduce(name, tv, norm, trivial, cast, dtype)
+        # Broadcast dims are squeezed rather than reduced, as nvFuser does: always the size-1 ones (without
+        # keepdim), and for sum/prod also the expanded ones, which then scale the result (_squeeze_then_reduce).
+        # max/min over an expanded dim stay a plain reduction: the same values nvFuser's squeeze gives.
+        expanded = name in ("sum", "prod") and any(tv.logical[d].expanded for d in norm)
+        squeezed = [d for d in norm if tv.logical[d].is_broadcast and (expanded or not tv.logical[d].expanded)]
+        if name in ("sum", "prod") and any(tv.logical[d].extent == 0 for d in norm):
+            return _init_instead_of_reduction(name, tv, norm, keep, out_dt)
+        if squeezed and (expanded or not keep):
+            return _squeeze_then_reduce(name, tv, norm, squeezed, keep, cast, dtype)
         out = new_tensor(fusion_of(name, tv), _reduced_domain(tv, norm, keep), out_dt)
         info = {"cast": None if cast is None else to_torch_dtype(cast), "compute": to_torch_dtype(compute)}
         # sum/prod record the dtype they resolved (Null on a float input is that float), which rebuilds the
@@ -222,15 +230,77 @@ def _register_reduction(name: str):
     return register(name, OpKind.REDUCTION, _reduce_eval, **_REDUCTION_LOOPS)(build)
 
 
-def _squeeze_then_reduce(name: str, tv: TensorView, dims: list[int], trivial: list[int], cast, dtype) -> OpResult:
-    """Reducing a size-1 broadcast dim only drops it, so, as nvFuser does, such dims are squeezed (after the
-    dtype cast sum/prod make first) and only the other dims are reduced; with none left, the squeeze is the
-    result. (keepdim keeps the plain reduction: the dims would come back as broadcasts anyway.)"""
+def _squeeze_then_reduce(name: str, tv: TensorView, dims: list[int], squeezed: list[int], keep: bool, cast,
+                         dtype) -> OpResult:
+    """nvFuser's reduction of broadcast dims ("trivial reductions"): they are squeezed (after the dtype cast
+    sum/prod make first) and only the other dims are reduced; with none left, the squeeze is the result.
+
+    An *expanded* broadcast dim holds one value repeated over its extent, and nvFuser does not reduce the
+    repeats: a sum multiplies by the product of the expanded extents, a prod raises to that power (the factor
+    cast to the result's dtype, as nvFuser casts it, so a reduced-precision result becomes Float like any
+    arithmetic on it). Eager adds (multiplies) the repeated values one by one, which rounds differently. With
+    keepdim the squeezed dims come back as broadcasts afterwards; a keepdim reduction over only size-1 dims
+    stays a plain reduction, which gives the same values and dims."""
     src = tv if cast is None or cast is tv.dtype else get("cast").builder(tv, cast)
-    src = get("squeeze").builder(src, trivial)
-    rest = [d - sum(1 for t in trivial if t < d) for d in dims if d not in trivial]
-    result = get(name).builder(src, rest, False, dtype) if rest else src
-    return OpResult([], user_result=result)
+    expanded = [d for d in squeezed if src.logical[d].expanded]
+    factor = _expanded_count(src, expanded) if name in ("sum", "prod") and expanded else None
+    out = get("squeeze").builder(src, squeezed, bool(expanded))
+    rest = [d - sum(1 for t in squeezed if t < d) for d in dims if d not in squeezed]
+    if rest:
+        out = get(name).builder(out, rest, keep, dtype)
+    if factor is not None:
+        if isinstance(factor, Scalar) and factor.dtype is not out.dtype:
+            factor = get("cast").builder(factor, out.dtype)
+        out = get("mul" if name == "sum" else "pow").builder(out, _typed_constant(factor, out.dtype))
+    if keep:
+        out = get("broadcast").builder(out, [d in squeezed for d in range(tv.ndim)])
+    return OpResult([], user_result=out)
+
+
+def _init_instead_of_reduction(name: str, tv: TensorView, dims: list[int], keep: bool, out_dt: DataType):
+    """A sum/prod over a dim known at definition time to be empty is its init value everywhere, built as a
+    ``full`` as nvFuser builds it (checked before anything else, so an empty expanded dim is not scaled)."""
+    shape = []
+    for d, dom in enumerate(tv.logical):
+        if d in dims:
+            if keep:
+                shape.append(1)
+        elif dom.extent is not None:
+            shape.append(dom.extent)
+        else:
+            shape.append(get("size").builder(tv, d))
+    init = 0 if name == "sum" else 1
+    if is_boolean(out_dt):
+        init = bool(init)
+    elif is_floating(out_dt):
+        init = float(init)
+    elif is_complex(out_dt):
+        init = complex(init)
+    return OpResult([], user_result=get("full").builder(shape, init, out_dt))
+
+
+def _expanded_count(tv: TensorView, dims: list[int]):
+    """How many times each value repeats over the expanded broadcast ``dims``: an int when every extent is
+    known at definition time, else an Int scalar computed from ``fd.ops.size`` at run time."""
+    known = math.prod(tv.logical[d].extent for d in dims if tv.logical[d].extent is not None)
+    count = known
+    for d in dims:
+        if tv.logical[d].extent is None:
+            size = get("size").builder(tv, d)
+            count = size if count == 1 else get("mul").builder(count, size)
+    return count
+
+
+def _typed_constant(factor, dt: DataType):
+    """A known factor as the Python number nvFuser's cast of it to ``dt`` gives (an int stays an int for integer
+    results; floats are rounded to ``dt``, e.g. 257 -> 256.0 in BFloat16)."""
+    if isinstance(factor, Scalar) or is_integral(dt):
+        return factor
+    if is_boolean(dt):
+        return bool(factor)
+    if is_complex(dt):
+        return complex(float(factor))
+    return float(torch.tensor(float(factor), dtype=torch.float64).to(to_torch_dtype(dt)).item())
 
 
 for _name in _TORCH_REDUCE:
