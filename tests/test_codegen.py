@@ -122,6 +122,39 @@ def test_softmax_modes(cols):
     assert fd.last_execution()[0].kernel_name.split("_")[1] == ("persistent" if cols == 50 else "looped")
 
 
+@pytest.mark.parametrize("cols", [3000, 5000])  # rows in 3 tiles of 1024 and of 2048 (plan.row_tiles)
+def test_rows_in_tiles(cols):
+    # A width a power-of-two tile would mostly mask off is walked in a few tiles by an unrolled looped kernel:
+    # the last tile's masked lanes must take no part (NaN, inf and -0.0 placed in it, and in the first tile).
+    x = make((6, cols), torch.bfloat16)
+    x[1, cols - 1] = float("nan")
+    x[2, cols - 2] = float("inf")
+    x[3, 0] = float("-inf")
+    x[4, :] = -0.0
+    x[5, cols - 1] = 1e30
+
+    def fn(fd):
+        t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
+        e = fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, dims=[1], keepdim=True)))
+        fd.add_output(fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True)))
+        var, mean = fd.ops.var_mean(t, dims=[1], correction=0, keepdim=True)
+        fd.add_output(fd.ops.cast(fd.ops.mul(fd.ops.sub(t, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5))),
+                                  DataType.BFloat16))
+        fd.add_output(fd.ops.min(t, dims=[1]))
+
+    def eager(x):
+        t = x.float()
+        var, mean = torch.var_mean(t, dim=1, correction=0, keepdim=True)
+        return [torch.softmax(t, -1), ((t - mean) * torch.rsqrt(var + 1e-5)).bfloat16(), t.amin(1)]
+
+    check_fusion(fn, [x], eager, atol=1e-5, rtol=1e-4)
+    with FusionDefinition() as fd:
+        fn(fd)
+    fd.execute([x])
+    (run,) = fd.last_execution()
+    assert run.kernel_name.split("_")[1] == "looped" and "tl.static_range(0, 3 * BLOCK_C" in run.kernel_source
+
+
 def test_outer_reduction_and_epilogue():
     x = make((9, 6))
 

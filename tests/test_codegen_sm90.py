@@ -23,6 +23,7 @@ def corpus():
         ("fp8 casts", _fp8, [make((4, 16))]),
         ("persistent softmax", _softmax, [make((6, 40), bf)]),
         ("looped softmax", _softmax, [make((2, 20000), bf)]),
+        ("softmax over rows in three tiles", _softmax, [make((2, 5000), bf)]),
         ("layernorm var_mean", _layernorm, [make((5, 33), bf)]),
         ("outer reduction", _outer_sum, [make((9, 7))]),
         ("max min prod", _mmp, [make((4, 9))]),

@@ -176,3 +176,21 @@ def test_topk_stays_on_aten_when_not_lowered():
     bits_equal(v, rv)
     bits_equal(i, ri)
     assert "topk over 300 elements" in str(fd.last_execution()[0])
+
+
+def test_moments_of_a_topk_result_count_only_its_lanes():
+    # var over the k selected values divides by k (their lanes), not by the n columns the kernel iterates.
+    x = ((torch.randperm(60, generator=torch.Generator().manual_seed(5)).view(6, 10) - 30) * 0.5).to(DEVICE)
+
+    def fn(fd):
+        v, _ = fd.ops.topk(fd.from_pytorch(x), 3, dim=1, sorted=True)
+        var, mean = fd.ops.var_mean(v, dims=[1], correction=1)
+        fd.add_output(var)
+        fd.add_output(mean)
+
+    fd = define(fn)
+    var, mean = fd.execute([x])
+    rv = torch.topk(x, 3, dim=1).values
+    torch.testing.assert_close(var, rv.var(1), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(mean, rv.mean(1), atol=1e-6, rtol=1e-6)
+    assert [s.kind.value for s in fd.segments()] == ["Reduction"]

@@ -278,10 +278,11 @@ def run_program(program: fuzz_gen.Program, inputs: Optional[list] = None) -> obj
     return fd
 
 
-# Launch heuristics that tile even these tiny shapes: several row and column blocks per kernel, and the looped
-# reduction kernel (long-row mode) for rows over 8 elements. A quarter of the cases run with them.
+# Launch heuristics that tile even these tiny shapes: several row and column blocks per kernel, the looped
+# reduction kernel (long-row mode) for rows over 8 elements, and rows of 5 and 6 in 3 unrolled tiles of 2
+# (plan.row_tiles). A quarter of the cases run with them.
 SMALL_TILES = dict(persistent_max_cols=8, looped_block_c=8, pw_max_block_c=8, pw_elems=64, pw_elems_narrow=64,
-                   persistent_elems=32)
+                   persistent_elems=32, row_tiles_min_cols=3, row_tiles_widths=(4, 2), row_tiles_max=4)
 
 
 @contextlib.contextmanager

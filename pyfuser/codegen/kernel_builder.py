@@ -41,6 +41,9 @@ REDUCTIONS = {
     "prod": ("1", "{a} * {b}", "tl.reduce({x}, 1, _mul_combine, keep_dims=True)"),
     "max": ("MIN", "_max_nan({a}, {b})", "tl.reduce({x}, 1, _max_nan, keep_dims=True)"),
     "min": ("MAX", "_min_nan({a}, {b})", "tl.reduce({x}, 1, _min_nan, keep_dims=True)"),
+    # integers only (no NaN to propagate): Triton's own max/min
+    "max_int": ("MIN", "tl.maximum({a}, {b})", "tl.max({x}, axis=1, keep_dims=True)"),
+    "min_int": ("MAX", "tl.minimum({a}, {b})", "tl.min({x}, axis=1, keep_dims=True)"),
 }
 
 # Inclusive scans along the columns, by kind.
@@ -293,8 +296,11 @@ class KernelBuilder:
         self.checks.append(check)
         return self._add(KValue("flag", torch.int32, (bad,), f"err_slot{i}", full=bad.full, level=bad.level))
 
-    def n_reduced(self) -> KValue:
-        """The number of reduced elements per row (the product of the column extents)."""
+    def n_reduced(self, v: Optional[KValue] = None) -> KValue:
+        """The number of elements per row a reduction of ``v`` folds: the product of the column extents, or the
+        lanes where a narrow ``v`` exists (a top-k result)."""
+        if v is not None and v.valid is not None:
+            return self.reduce("sum", self.cast(v.valid, torch.int64))
         return self.op("tl.full([], n_cols, tl.int64)", [], torch.int64)
 
     def store(self, param: TensorParam, v: KValue, mask: Optional[KValue] = None) -> None:
@@ -334,9 +340,12 @@ class Emitter:
     """Writes the kernel source for a KernelBuilder and a row/column index structure."""
 
     def __init__(self, kb: KernelBuilder, params: list[TensorParam], n_row_dims: int, n_col_dims: int,
-                 mode: str, index64: bool, n_cols_factor: int = 1):
+                 mode: str, index64: bool, n_cols_factor: int = 1, row_tiles: int = 0):
         assert mode in ("pointwise", "persistent", "looped")
         self.kb, self.params = kb, params
+        # A looped kernel over a row of exactly this many BLOCK_C tiles (0: any number) unrolls its column loops:
+        # the passes then read tiles the compiler can keep in registers, a row held in pieces (plan.py, row_tiles).
+        self.row_tiles = row_tiles
         self.n_row_dims, self.n_col_dims = n_row_dims, n_col_dims
         self.mode, self.index64 = mode, index64
         # n_cols's power-of-two factor, as a source constant: column masks are then provably constant over a
@@ -495,7 +504,7 @@ class Emitter:
             for v in these:
                 ident = identity_literal(v.reduction, v.dtype)
                 self.w(f"acc{v.uid} = tl.full([BLOCK_R, BLOCK_C], {ident}, {TL_DTYPE[v.dtype]})")
-            self.w("for c0 in range(0, n_cols, BLOCK_C):")
+            self.w(self._column_loop())
             self.indent += 1
             self._col_setup("c0")
             inner = _Scope(top)
@@ -516,7 +525,7 @@ class Emitter:
         if full_stores:
             for p, v in full_stores:
                 self._emit_row_deps(v, top)
-            self.w("for c0 in range(0, n_cols, BLOCK_C):")
+            self.w(self._column_loop())
             self.indent += 1
             self._col_setup("c0")
             inner = _Scope(top)
@@ -524,6 +533,11 @@ class Emitter:
                 self.emit_node(v, inner, "rmask & cmask")
                 self._store(p, v, inner)
             self.indent -= 1
+
+    def _column_loop(self) -> str:
+        if self.row_tiles:
+            return f"for c0 in tl.static_range(0, {self.row_tiles} * BLOCK_C, BLOCK_C):"
+        return "for c0 in range(0, n_cols, BLOCK_C):"
 
     def _emit_row_deps(self, v: KValue, scope: _Scope) -> None:
         """Emit, at the current (row) level, every per-row node ``v`` depends on."""
@@ -537,7 +551,7 @@ class Emitter:
 
 
 def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, mode, index64,
-                  n_cols_factor: int = 1) -> str:
-    body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64, n_cols_factor).source(name)
+                  n_cols_factor: int = 1, row_tiles: int = 0) -> str:
+    body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64, n_cols_factor, row_tiles).source(name)
     header = "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n"
     return header + PRELUDE + "\n\n" + body

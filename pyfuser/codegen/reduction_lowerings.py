@@ -41,7 +41,7 @@ def _lower_reduce(node, kb, arg, dims, keepdim=False, dtype=DataType.Null):
 
 def _lower_moments(node, kb, x):
     """(mean, sum of squared deviations, count) over the column dims, two-pass for accuracy."""
-    n = kb.cast(kb.n_reduced(), x.dtype)
+    n = kb.cast(kb.n_reduced(x), x.dtype)
     mean = kb.op("libdevice.div_rn({0}, {1})", [kb.reduce("sum", x), n], x.dtype)
     dev = kb.op("{0} - {1}", [x, mean], x.dtype)
     m2 = kb.reduce("sum", kb.op("{0} * {0}", [dev], x.dtype))

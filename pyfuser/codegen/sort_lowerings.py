@@ -100,7 +100,8 @@ def _emit_topk(node, kb, access, x, k, dim, largest=True, sorted=False):
             return v if avail is None else kb.op("tl.where({0}, {1}, {2})", [avail, v, other], v.dtype)
 
         if largest or not is_float:
-            best = kb.reduce("max" if largest else "min", among(key, low if largest else high))
+            kind = ("max" if largest else "min") + ("" if is_float else "_int")
+            best = kb.reduce(kind, among(key, low if largest else high))
             is_best = kb.op("({0} == {1})", [key, best], torch.bool)
             if is_float:  # NaN is the largest value (two NaNs tie)
                 is_best = kb.op("{0} | (({1} != {1}) & ({2} != {2}))", [is_best, key, best], torch.bool)
@@ -109,14 +110,16 @@ def _emit_topk(node, kb, access, x, k, dim, largest=True, sorted=False):
             if avail is not None:
                 number = kb.op("{0} & {1}", [number, avail], torch.bool)
             best = kb.reduce("min", kb.op("tl.where({0}, {1}, {2})", [number, key, high], kd))
-            any_number = kb.reduce("max", kb.cast(number, torch.int32))
+            any_number = kb.reduce("max_int", kb.cast(number, torch.int32))
             is_best = kb.op("tl.where({0} > 0, {1} == {2}, {1} != {1})", [any_number, key, best], torch.bool)
         if avail is not None:
             is_best = kb.op("{0} & {1}", [is_best, avail], torch.bool)
-        index = kb.reduce("min", kb.op("tl.where({0}, {1}, {2})", [is_best, c, no_index], c.dtype))
+        index = kb.reduce("min_int", kb.op("tl.where({0}, {1}, {2})", [is_best, c, no_index], c.dtype))
         hit = kb.op("({0} == {1})", [c, index], torch.bool)
-        value_bits = kb.reduce("max", kb.op("tl.where({0}, {1}, {2})", [hit, bits, bits_low], bits_dtype))
-        value = value_bits if not is_float else kb.op(f"{{0}}.to({TL_DTYPE[dtype]}, bitcast=True)", [value_bits], dtype)
+        value_bits = kb.reduce("max_int", kb.op("tl.where({0}, {1}, {2})", [hit, bits, bits_low], bits_dtype))
+        # (Triton may widen a 16-bit max to int32: narrow it again before the bitcast)
+        value = value_bits if not is_float else kb.op(
+            f"{{0}}.to({TL_DTYPE[bits_dtype]}).to({TL_DTYPE[dtype]}, bitcast=True)", [value_bits], dtype)
         taken = hit if taken is None else kb.op("{0} | {1}", [taken, hit], torch.bool)
         lane = kb.op("({0} == {1})", [c, kb.const(j, c.dtype)], torch.bool)
         index64 = kb.cast(index, torch.int64)
