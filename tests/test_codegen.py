@@ -155,6 +155,21 @@ def test_rows_in_tiles(cols):
     assert run.kernel_name.split("_")[1] == "looped" and "tl.static_range(0, 3 * BLOCK_C" in run.kernel_source
 
 
+def test_product_over_a_materialized_expanded_dim():
+    # Fuzz seed 775: prod over an expanded dim is a squeeze and a power (nvFuser's form), but the permuted tensor
+    # is also an output, so the kernel walks that dim; the squeezed value varies along the kernel's columns and
+    # the segment runs on ATen (it raised an internal error while the kernel was written).
+    x = torch.tensor([[2]], dtype=torch.int32, device=DEVICE).expand(1, 3)
+
+    def fn(fd):
+        t = fd.ops.permute(fd.ops.erf(fd.ops.cast(fd.from_pytorch(x), DataType.Float)), dims=[1, 0])
+        fd.add_output(t)
+        fd.add_output(fd.ops.prod(t, dims=[0], keepdim=True))
+
+    check_fusion(fn, [x], lambda x: [torch.erf(x.float()).t(), torch.erf(x.float()).t().prod(0, keepdim=True)],
+                 atol=1e-6, rtol=1e-6)
+
+
 def test_outer_reduction_and_epilogue():
     x = make((9, 6))
 

@@ -250,6 +250,11 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
     kb.coordinate_of = _coordinate_resolver(kb, dom, sizes, row_runs, col_runs, index64)
     narrow = narrow_masks(kb, dom, sizes, memory, views)
     scalar_vals = _lower(segment, kernel_exprs, kb, inputs_read, params, outputs, host_tensors, views, narrow)
+    for p, v in kb.stores:
+        if v.full and not p.has_col:
+            # e.g. the squeeze of an expanded dim that another output of the kernel materializes: the value is
+            # taken along a dim the output does not have. ATen picks the element; the kernel has no such read.
+            raise NotFusable(f"output {p.name} has no column dims but its value varies along the kernel's columns")
     tiles = None
     if reduction is None:
         mode = "pointwise"
