@@ -550,7 +550,10 @@ def test_validate_tolerances_follow_dtype_and_reduction_size():
     assert sizes == [1, 1000, 1000, 6000] and len(refs) == 4
     assert tolerance(torch.float32, 1) == (1.68222e-06, 2.23704e-06)
     assert tolerance(torch.float32, 1000) == (5.78476e-05, 5.78476e-07)  # next entry up (2048)
-    assert tolerance(torch.bfloat16, 6000) == (0.250049, 0.250049 * 0.01)  # 8192 covers it; next up: 16384
+    # 8192 covers 6000, the next entry up is 16384's; BFloat16 gets ten times Half's tolerances, as in nvFuser
+    assert tolerance(torch.bfloat16, 6000) == (0.250049 * 10, 0.250049 * 0.01 * 10)
+    assert tolerance(torch.float16, 6000) == (0.250049, 0.250049 * 0.01)
+    assert tolerance(torch.bfloat16, 1) == (0.00390625, 0.0078125)  # no reduction: not scaled
     assert tolerance(torch.float32, 10**8) == (0.00343043 * 2, 0.00343043 * 2 * 0.01)
     assert tolerance(torch.int64, 50) == (0.0, 0.0)
     outs = fd.validate([x, w])
@@ -558,3 +561,26 @@ def test_validate_tolerances_follow_dtype_and_reduction_size():
     with pytest.raises(AssertionError, match="output 1"):
         fd.validate([x, w], [refs[0], refs[1] + 1e-3, refs[2], refs[3]])  # beyond 5.8e-5 + 5.8e-7 * |ref|
     fd.validate([x, w], [refs[0], refs[1] + 1e-5, refs[2], refs[3]])      # within
+
+
+def test_validate_reduction_sizes_multiply_along_chains():
+    # nvFuser's validator multiplies the reduced extents along a chain of reductions (a sum of 16 products of
+    # a 32-element matmul K counts 512), keeps the largest of several operands, and counts a scan's dim.
+    from pyfuser.frontend.validation import reference_run
+
+    a, b, v = make((16, 32)), make((32, 8)), make((5, 7))
+
+    def fusion(fd):
+        ta, tb, tv = fd.from_pytorch(a), fd.from_pytorch(b), fd.from_pytorch(v)
+        m = fd.ops.matmul(ta, tb)                                        # K = 32
+        s = fd.ops.sum(m, dims=[0])                                      # 16 more: 512
+        fd.add_output(fd.ops.cast(s, DataType.BFloat16))
+        fd.add_output(fd.ops.add(fd.ops.sum(tv, dims=[1]), fd.ops.sum(tv, dims=[1])))  # max(7, 7), not 49
+        fd.add_output(fd.ops.sum(fd.ops.cumsum(tv, 1), dims=[0]))       # 7 * 5
+        fd.add_output(fd.ops.sum(fd.ops.sum(tv, dims=[1]), dims=[0]))   # 7 * 5
+
+    fd = defined(fusion)
+    _, sizes = reference_run(fd.fusion, [a, b, v])
+    assert sizes == [512, 7, 35, 35]
+    outs = fd.validate([a, b, v])
+    assert outs[0].dtype == torch.bfloat16 and outs[0].shape == (8,)

@@ -1,10 +1,17 @@
 """``fd.validate`` / ``fd.manual_validate``: compare a fusion's outputs with references.
 
-Tolerances follow nvFuser's rule: by output dtype, and for an output computed through reductions (sums, matmul
-K dims, ...) by the largest reduction size in its producers, from a table of errors measured for randn + add +
-sum against double precision (float: 1.7e-6 at 4 elements up to 3.4e-3 at 2M; half types: 3.9e-3 up to 4.0).
-The next table entry up is used for margin, the relative tolerance is 1% of the absolute one, and an output with
-no reduction uses the first two entries as (atol, rtol). ``atol``/``rtol`` given by the caller override them.
+Tolerances follow nvFuser's validator:
+
+- by output dtype, from tables of errors measured for randn + add + sum against double precision (float, also
+  used for double and complex: 1.7e-6 at 4 elements up to 3.4e-3 at 2M; half: 3.9e-3 up to 4.0). BFloat16 uses
+  the half table times 10 (8 bits of mantissa against Half's 11); outputs of 1-byte floats at least 0.125.
+- by reduction size: each tensor an op computes carries the product of the extents it reduces (a reduction's
+  reduced dims, matmul/linear's K, a scan's dim) times the largest reduction size among its tensor operands,
+  so chained reductions multiply (a sum of 4096 fed by another sum of 4096 counts 16M).
+- with a reduction the next table entry up is the absolute tolerance (twice the last entry past the table)
+  and 1% of it the relative one; an output with no reduction uses the first two entries as (atol, rtol).
+
+``atol``/``rtol`` given by the caller override them.
 """
 
 from __future__ import annotations
@@ -61,29 +68,31 @@ _SUM_TOL_HALF = ((4, 0.00390625), (8, 0.0078125), (16, 0.0078125), (32, 0.015533
 
 
 def tolerance(dtype: torch.dtype, reduction_size: int) -> tuple[float, float]:
-    """(atol, rtol) for an output of ``dtype`` whose producers reduce at most ``reduction_size`` elements."""
-    if dtype in (torch.float16, torch.bfloat16):
-        table = _SUM_TOL_HALF
-    elif dtype.is_floating_point or dtype.is_complex:
-        table = _SUM_TOL_FLOAT
-    else:
+    """(atol, rtol) for an output of ``dtype`` computed through ``reduction_size`` reduced elements."""
+    if not (dtype.is_floating_point or dtype.is_complex):
         return 0.0, 0.0  # integers and bools: exact
-    if dtype.itemsize == 1:  # fp8 / fp4 outputs are compared at their own (coarse) precision
-        return 0.125, 0.125
+    coarse = dtype == torch.bfloat16 or dtype.itemsize == 1
+    table = _SUM_TOL_HALF if dtype == torch.float16 or coarse else _SUM_TOL_FLOAT
     if reduction_size <= 1:
-        return table[0][1], table[1][1]
-    entry = next((i for i, (n, _) in enumerate(table) if n >= reduction_size), len(table))
-    atol = table[entry + 1][1] if entry + 1 < len(table) else table[-1][1] * 2.0
-    return atol, atol * 0.01
+        atol, rtol = table[0][1], table[1][1]
+    else:
+        entry = next((i for i, (n, _) in enumerate(table) if n >= reduction_size), len(table))
+        atol = table[entry + 1][1] if entry + 1 < len(table) else table[-1][1] * 2.0
+        atol, rtol = (atol * 10.0, atol * 0.1) if coarse else (atol, atol * 0.01)
+    if dtype.itemsize == 1:  # fp8 / fp4 outputs are compared at their own (coarse) precision at least
+        return max(atol, 0.125), max(rtol, 0.125)
+    return atol, rtol
 
 
 def reduction_sizes(fusion, env) -> list[int]:
-    """For each returned output, the largest number of elements any expr in its producers reduces over.
+    """For each returned output, its reduction size (module docstring): what the op computing a tensor reduces,
+    times the largest reduction size of its tensor operands.
 
-    ``env`` holds the run's values (for the reduced extents). Reductions say which dims they reduce; an op whose
-    output domain has reduction dims (matmul, linear: K) reduces over their extents, read from its first tensor
-    input's last dim when symbolic."""
+    ``env`` holds the run's values (for the reduced extents). Reductions say which dims they reduce; a scan
+    reduces along its dim; an op whose output domain has reduction dims (matmul, linear: K) reduces over their
+    extents, read from its first tensor input's last dim when symbolic."""
     from ..ir.nodes import Expr, TensorView
+    from ..ops.registry import OpKind
 
     own: dict[int, int] = {}
     for e in fusion.statements:
@@ -91,16 +100,17 @@ def reduction_sizes(fusion, env) -> list[int]:
             continue
         size = 1
         tensors = [a for a in e.inputs if isinstance(a, TensorView)]
+        x = env.get(id(tensors[0])) if tensors else None
         if e.op.reduced_dims is not None and tensors:
-            x = env.get(id(tensors[0]))
             if isinstance(x, torch.Tensor):
                 for d in e.op.reduced_dims(e):
                     size *= int(x.shape[d]) if d < x.dim() else 1
+        elif e.op.kind is OpKind.SCAN and isinstance(x, torch.Tensor) and x.dim():
+            size = int(x.shape[e.kwargs.get("dim", 0)])
         else:
             for o in e.outputs:
                 red = [d for d in getattr(o, "domain", ()) if d.is_reduction]
                 if red and tensors:
-                    x = env.get(id(tensors[0]))
                     n = 1
                     for d in red:
                         n *= d.extent if d.extent is not None else (int(x.shape[-1]) if isinstance(x, torch.Tensor) and x.dim() else 1)
@@ -108,20 +118,17 @@ def reduction_sizes(fusion, env) -> list[int]:
         own[id(e)] = size
     memo: dict[int, int] = {}
 
-    def cone(v) -> int:
+    def chain(v) -> int:
         key = id(v)
         if key not in memo:
             memo[key] = 1  # (a DAG: no cycles, but guard re-entry)
             e = getattr(v, "definition", None)
-            best = 1
             if e is not None:
-                best = own.get(id(e), 1)
-                for a in e.inputs:
-                    best = max(best, cone(a))
-            memo[key] = best
+                operands = [chain(a) for a in e.inputs if isinstance(a, TensorView)]
+                memo[key] = own.get(id(e), 1) * max(operands, default=1)
         return memo[key]
 
-    return [cone(v) for v in fusion.outputs]
+    return [chain(v) for v in fusion.outputs]
 
 
 def compare_outputs(outputs: Sequence[Any], references: Sequence[Any], check_strides: bool,
