@@ -144,3 +144,16 @@ def test_out_of_range_index_raises(bad):
             fd.execute([x, wrong])
     (out,) = fd.execute([x, good])  # the flag was cleared: good calls work again
     bits_equal(out, -x[good])
+
+
+def test_out_of_range_index_with_sync_checks_raises_at_once():
+    # _enable_options=["sync_offset_checks"] reads the flags right after the launch, on CUDA too.
+    x = make((4, 3))
+    wrong = torch.tensor([1, 4], device=DEVICE)
+
+    def fn(fd):
+        fd.add_output(fd.ops.neg(fd.ops.index_select(fd.from_pytorch(x), fd.from_pytorch(wrong), 0)))
+
+    fd = define(fn)
+    with pytest.raises(FusionExecutionError, match=r"fd.ops.index_select: index T1 holds a value outside \[0, 4\)"):
+        fd.execute([x, wrong], _enable_options=["sync_offset_checks"])

@@ -194,3 +194,21 @@ def test_moments_of_a_topk_result_count_only_its_lanes():
     torch.testing.assert_close(var, rv.var(1), atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(mean, rv.mean(1), atol=1e-6, rtol=1e-6)
     assert [s.kind.value for s in fd.segments()] == ["Reduction"]
+
+
+def test_topk_of_a_topk_result_in_one_kernel():
+    # The second top-k selects among the first one's k lanes only (not the n columns the kernel iterates).
+    x = ((torch.randperm(72, generator=torch.Generator().manual_seed(6)).view(6, 12) - 36) * 0.5).to(DEVICE)
+
+    def fn(fd):
+        v, _ = fd.ops.topk(fd.from_pytorch(x), 4, dim=1, largest=False, sorted=True)
+        w, i = fd.ops.topk(fd.ops.neg(v), 2, dim=1, sorted=True)
+        fd.add_output(w)
+        fd.add_output(i)
+
+    fd = define(fn)
+    w, i = fd.execute([x])
+    rw, ri = torch.topk(-torch.topk(x, 4, dim=1, largest=False).values, 2, dim=1)
+    bits_equal(w, rw)
+    bits_equal(i, ri)
+    assert len(fd.segments()) == 1

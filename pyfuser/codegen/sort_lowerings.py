@@ -48,7 +48,7 @@ def _topk_refusal(node):
         return "fd.ops.topk with k known only at run time runs on ATen"
     if not 2 <= k <= MAX_K:
         return f"fd.ops.topk with k={k} runs on ATen (generated kernels select 2 to {MAX_K} values)"
-    if dtype.is_complex or dtype == torch.bool or (dtype.is_floating_point and dtype.itemsize == 1):
+    if dtype not in (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int32, torch.int64):
         return f"fd.ops.topk on {dtype} runs on ATen"
     extent = node.inputs[0].logical[node.kwargs["dim"]].extent
     if extent is not None and extent > MAX_EXTENT:
@@ -94,7 +94,10 @@ def _emit_topk(node, kb, access, x, k, dim, largest=True, sorted=False):
     taken = None
     out_v = out_i = None
     for j in range(k):
+        # Candidates: not taken yet, and inside a narrow input (a top-k of a top-k result in the same kernel).
         avail = None if taken is None else kb.op("({0} == 0)", [taken], torch.bool)
+        if x.valid is not None:
+            avail = x.valid if avail is None else kb.op("{0} & {1}", [avail, x.valid], torch.bool)
 
         def among(v, other):
             return v if avail is None else kb.op("tl.where({0}, {1}, {2})", [avail, v, other], v.dtype)

@@ -200,7 +200,9 @@ class KernelStep:
         (the interpreter), or with no slot left, flags of its own that are read right after the launch."""
         checks = self.plan.checks
         ctx = run_context.current()
-        where = [ctx.error_slot(c) for c in checks] if ctx is not None and ctx.errors is not None else [None]
+        # (sync_offset_checks asks for errors at once: read the flags after the launch, as on CPU)
+        deferred = ctx is not None and ctx.errors is not None and ctx.offset_checks != run_context.OFFSET_CHECKS_SYNC
+        where = [ctx.error_slot(c) for c in checks] if deferred else [None]
         if all(w is not None for w in where):
             self.launcher.launch_bound(tensors + [where[0][0]], tuple(scalars) + tuple(w[1] for w in where))
             return
