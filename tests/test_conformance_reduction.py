@@ -100,15 +100,20 @@ def test_prod_over_an_expanded_dim_is_the_value_to_the_power_of_the_extent():
     check_fusion(fusion, [x], lambda x: torch.pow(x[:, 0], 6.0), atol=0, rtol=0)
 
 
-def test_reduced_precision_result_is_float_and_the_factor_is_rounded_to_the_input_dtype():
-    # nvFuser casts the extent to the sum's dtype (257 -> 256 in BFloat16) and multiplies, which gives Float.
-    x = _column([1.0, -3.5, float("inf"), -0.0], torch.bfloat16)
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_reduced_precision_result_is_float_and_the_factor_exact(symbolic):
+    # The multiplication runs in Float and gives Float, as nvFuser's does; the extent (257, which BFloat16
+    # cannot hold) is not rounded to the input's dtype.
+    x = _column([1.0, -3.5, float("inf"), -0.0, 0.3], torch.bfloat16)
 
     def fusion(fd):
-        b = fd.ops.broadcast_in_dim(_column_input(fd, DataType.BFloat16), shape=[4, 257], broadcast_dims=[0, 1])
+        t = _column_input(fd, DataType.BFloat16)
+        n = fd.define_scalar(None, dtype=DataType.Int) if symbolic else 257
+        b = fd.ops.broadcast_in_dim(t, shape=[5, n], broadcast_dims=[0, 1])
         fd.add_output(fd.ops.sum(b, dims=[1]))
 
-    out = check_fusion(fusion, [x], lambda x: x[:, 0].float() * 256.0, atol=0, rtol=0)[0]
+    inputs = [x, 257] if symbolic else [x]
+    out = check_fusion(fusion, inputs, lambda x, *n: x[:, 0].float() * 257.0, atol=0, rtol=0)[0]
     assert out.dtype == torch.float32
 
 

@@ -236,9 +236,8 @@ def _squeeze_then_reduce(name: str, tv: TensorView, dims: list[int], squeezed: l
     sum/prod make first) and only the other dims are reduced; with none left, the squeeze is the result.
 
     An *expanded* broadcast dim holds one value repeated over its extent, and nvFuser does not reduce the
-    repeats: a sum multiplies by the product of the expanded extents, a prod raises to that power (the factor
-    cast to the result's dtype, as nvFuser casts it, so a reduced-precision result becomes Float like any
-    arithmetic on it). Eager adds (multiplies) the repeated values one by one, which rounds differently. With
+    repeats: a sum multiplies by the product of the expanded extents, a prod raises to that power (a
+    reduced-precision result becomes Float, like any arithmetic on it). Eager adds (multiplies) the repeated values one by one, which rounds differently. With
     keepdim the squeezed dims come back as broadcasts afterwards; a keepdim reduction over only size-1 dims
     stays a plain reduction, which gives the same values and dims."""
     src = tv if cast is None or cast is tv.dtype else get("cast").builder(tv, cast)
@@ -249,9 +248,13 @@ def _squeeze_then_reduce(name: str, tv: TensorView, dims: list[int], squeezed: l
     if rest:
         out = get(name).builder(out, rest, keep, dtype)
     if factor is not None:
-        if isinstance(factor, Scalar) and factor.dtype is not out.dtype:
-            factor = get("cast").builder(factor, out.dtype)
-        out = get("mul" if name == "sum" else "pow").builder(out, _typed_constant(factor, out.dtype))
+        # The factor takes the result's dtype, or Float (what the math runs in) for Half/BFloat16: nvFuser
+        # keeps a constant factor's exact value there (a reduced-precision constant is emitted as a float
+        # literal), so it is not rounded to the result's 8 or 11 bits.
+        factor_dt = compute_dtype(out.dtype)
+        if isinstance(factor, Scalar) and factor.dtype is not factor_dt:
+            factor = get("cast").builder(factor, factor_dt)
+        out = get("mul" if name == "sum" else "pow").builder(out, _as_number(factor, factor_dt))
     if keep:
         out = get("broadcast").builder(out, [d in squeezed for d in range(tv.ndim)])
     return OpResult([], user_result=out)
@@ -291,16 +294,15 @@ def _expanded_count(tv: TensorView, dims: list[int]):
     return count
 
 
-def _typed_constant(factor, dt: DataType):
-    """A known factor as the Python number nvFuser's cast of it to ``dt`` gives (an int stays an int for integer
-    results; floats are rounded to ``dt``, e.g. 257 -> 256.0 in BFloat16)."""
+def _as_number(factor, dt: DataType):
+    """A known factor as the Python number of ``dt``'s kind (a Scalar factor is already typed)."""
     if isinstance(factor, Scalar) or is_integral(dt):
         return factor
     if is_boolean(dt):
         return bool(factor)
     if is_complex(dt):
-        return complex(float(factor))
-    return float(torch.tensor(float(factor), dtype=torch.float64).to(to_torch_dtype(dt)).item())
+        return complex(factor)
+    return float(factor)
 
 
 for _name in _TORCH_REDUCE:
