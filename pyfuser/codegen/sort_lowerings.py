@@ -22,6 +22,12 @@ k <= 32. So values always agree with eager bit for bit except the sign of a zero
 indices agree wherever the selected values are distinct (docs/codegen.md).
 
 ``sorted=False`` (an order torch leaves unspecified) and ``k`` known only at run time stay on ATen.
+
+Why not Triton's own ``tl.topk`` / ``tl.sort`` (Triton 3.6): both are a bitonic network over a power-of-two
+extent that returns the sorted *values* only (``tl.topk(x, k)`` is the first k of a descending sort), and it
+compares with ``>``, which leaves NaN unordered where torch puts it above everything. Indices would have to be
+packed into the sort key (value bits and index in one integer, with NaN and -0.0 mapped by hand) and the extent
+padded; for the k <= 16 of a router, k selection passes over registers are simpler and exact.
 """
 
 from __future__ import annotations
