@@ -1,0 +1,330 @@
+"""Variants of pyfuser's generated kernels for the bench_fusions.py cases, timed on the GPU.
+
+Each case is planned and run once by pyfuser; its one generated kernel (source, grid, launch arguments) is
+captured from the launcher, then re-compiled with source patches and launch options and timed in a CUDA graph
+(``triton.testing.do_bench_cudagraph``: GPU time without launch gaps), as % of a measured device copy. Outputs
+are compared bit for bit with pyfuser's own (a different reduction order or an approximate function differs).
+
+    python benchmarks/sweep_kernel_variants.py --sections tiles,wide --out benchmarks/results
+
+Sections:
+- ``tiles``: rows in a few unrolled tiles (plan.row_tiles) against the plain looped kernel, tile widths and warps;
+- ``wide``: the [1024, 65536] looped reductions: grids of 1-2 programs per SM over the rows with L2 eviction
+  hints and streaming stores, tile widths, warps, pipelining stages;
+- ``bounds``: what cheaper math would give (not eager's bits): ``tanh.approx.f32`` for tanh-GELU, reciprocal
+  multiply and ``exp2``-based exp for softmax, and a row divisor's reciprocal with one Markstein correction;
+- ``divcheck``: that corrected division against IEEE division on random pairs, by operand range;
+- ``pointwise``: block shapes and warps of the slice+add+mul kernel;
+- ``clusters``: ``num_ctas`` (Hopper thread-block clusters) on whole-row persistent kernels.
+Results (JSON, one record per variant) go to ``<out>/<date>-kernel-variants.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import re
+import sys
+import tempfile
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_fusions as bf  # noqa: E402
+from pyfuser.codegen import launcher as launcher_mod  # noqa: E402
+from pyfuser.codegen import plan as plan_mod  # noqa: E402
+
+_CAPTURED: list = []
+_launch = launcher_mod.Launcher.launch
+
+
+def _capturing_launch(self, grid, tensors, scalars=(), constexprs=(), jit_tensors=None):
+    _CAPTURED.append(dict(fn=self.fn, opts=dict(self.options), grid=tuple(grid), tensors=list(tensors),
+                          scalars=tuple(scalars), constexprs=tuple(constexprs)))
+    return _launch(self, grid, tensors, scalars, constexprs, jit_tensors)
+
+
+# --- source patches (generated kernels are plain text) ---------------------------------------------------------
+def _indent_after(src: str, line: str, new_line: str) -> str:
+    head, tail = src.split(line + "\n", 1)
+    return head + new_line + "\n" + "\n".join(("    " + t) if t.strip() else t for t in tail.split("\n"))
+
+
+def grid_over_rows(src: str) -> str:
+    """Each program loops over rows (a grid of a few programs per SM)."""
+    return _indent_after(src, "    pid_r = tl.program_id(0)",
+                         "    for pid_r in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_R), tl.num_programs(0)):")
+
+
+def eviction_hints(src: str) -> str:
+    """Row loads before the last column loop keep their lines in L2 (evict_last); the last pass streams them."""
+    loops = [m.start() for m in re.finditer(r"for c0 in ", src)]
+    if not loops:
+        return src
+    rowless = set(re.findall(r"(t\d+)_roff = r \* 0", src))
+
+    def sub(text, policy):
+        out = []
+        for line in text.split("\n"):
+            m = re.search(r"tl\.load\((t\d+)_ptr", line)
+            if m and m.group(1) not in rowless:
+                line = line.replace("other=0.0)", f"other=0.0, eviction_policy='{policy}')")
+            out.append(line)
+        return "\n".join(out)
+
+    return sub(src[:loops[-1]], "evict_last") + sub(src[loops[-1]:], "evict_first")
+
+
+def streaming_stores(src: str) -> str:
+    return re.sub(r"(tl\.store\([^\n]*mask=[^\n]*)\)\n", r"\1, cache_modifier='.cs')\n", src)
+
+
+def reciprocal_division(src: str) -> str:
+    return re.sub(r"libdevice\.div_rn\((v\d+), (v\d+)\)", r"(\1 * (1.0 / \2))", src)
+
+
+def corrected_division(src: str) -> str:
+    # q0 = a * RN(1/b); q = fma(fma(-q0, b, a), RN(1/b), q0)
+    return re.sub(r"libdevice\.div_rn\((v\d+), (v\d+)\)",
+                  r"libdevice.fma(libdevice.fma(-(\1 * libdevice.div_rn(1.0, \2)), \2, \1), "
+                  r"libdevice.div_rn(1.0, \2), \1 * libdevice.div_rn(1.0, \2))", src)
+
+
+def exp2_exp(src: str) -> str:
+    return src.replace("libdevice.exp(", "tl.exp(")
+
+
+def approx_tanh(src: str) -> str:
+    return re.sub(r"libdevice\.tanh\((v\d+)\)",
+                  r"tl.inline_asm_elementwise('tanh.approx.f32 $0, $1;', '=f,f', [\1], dtype=tl.float32, "
+                  r"is_pure=True, pack=1)", src)
+
+
+def unrolled(n_tiles: int):
+    def patch(src: str) -> str:
+        return src.replace("for c0 in range(0, n_cols, BLOCK_C):",
+                           f"for c0 in tl.static_range(0, {n_tiles} * BLOCK_C, BLOCK_C):")
+    return patch
+
+
+# --- running variants ------------------------------------------------------------------------------------------
+class Sweep:
+    def __init__(self):
+        self.copy = bf.copy_bandwidth("cuda")
+        self.n_sms = torch.cuda.get_device_properties(0).multi_processor_count
+        self.records: list = []
+        self._folder = tempfile.mkdtemp()
+        self._count = 0
+        print(f"copy {self.copy:.0f} GB/s, {self.n_sms} SMs", flush=True)
+
+    def _load(self, src: str, name: str):
+        self._count += 1
+        path = os.path.join(self._folder, f"k{self._count}.py")
+        with open(path, "w") as f:
+            f.write(src)
+        spec = importlib.util.spec_from_file_location(f"variant{self._count}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return getattr(module, name)
+
+    def run(self, case: str, fd, inputs, nbytes: int, variants: list) -> None:
+        """``variants``: (label, [source patches], launch options); options may set BLOCK_R/BLOCK_C (the last
+        two constexprs) and ``grid`` (a tuple, or a function of (constexprs, captured launch, source))."""
+        _CAPTURED.clear()
+        outs = fd.execute(inputs)
+        torch.cuda.synchronize()
+        kernels = [c for c in _CAPTURED if getattr(c["fn"], "__name__", "").startswith("pf_")]
+        if len(kernels) != 1:
+            print(f"{case}: {len(kernels)} generated kernels, skipped", flush=True)
+            return
+        cap = kernels[0]
+        with open(cap["fn"].fn.__code__.co_filename) as f:
+            full = f.read()
+        ref = [o.clone() for o in outs]
+        for label, patches, options in variants:
+            rec = dict(case=case, variant=label)
+            try:
+                src = full
+                for p in patches:
+                    src = p(src)
+                kernel = self._load(src, cap["fn"].__name__)
+                opts = dict(cap["opts"], **options)
+                grid = opts.pop("grid", cap["grid"])
+                cx = list(cap["constexprs"])
+                if "BLOCK_R" in opts:
+                    cx[-2] = opts.pop("BLOCK_R")
+                if "BLOCK_C" in opts:
+                    cx[-1] = opts.pop("BLOCK_C")
+                if callable(grid):
+                    grid = grid(cx, cap, src)
+                for o in outs:
+                    o.zero_()
+
+                def launch():
+                    return kernel[grid](*cap["tensors"], *cap["scalars"], *cx, **opts)
+
+                launch()
+                torch.cuda.synchronize()
+                same = all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(outs, ref))
+                ms = triton.testing.do_bench_cudagraph(launch, rep=60)
+                rec.update(ms=round(ms, 4), pct_copy=round(100 * nbytes / (ms * 1e-3) / 1e9 / self.copy, 1),
+                           bits_as_pyfuser=same, grid=list(grid), block=cx[-2:], warps=opts.get("num_warps"))
+            except Exception as e:  # a variant Triton refuses is a result too
+                rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            print(json.dumps(rec), flush=True)
+            self.records.append(rec)
+
+
+def _cases(shape, dtype, names):
+    for name, fd, eager, inputs in bf.make_cases(*shape, "cuda", dtype):
+        if name.split(" ")[0].startswith(names):
+            yield name, fd, inputs, bf.nbytes(inputs) + bf.nbytes([eager(*inputs)])
+
+
+def section_tiles(sw: Sweep) -> None:
+    saved = dict(plan_mod.TUNING)
+    plan_mod.TUNING.update(persistent_max_cols=2048, row_tiles_min_cols=1 << 30)  # plain looped kernels
+    try:
+        for dtype in (torch.bfloat16, torch.float32):
+            for shape in ((8191, 5000), (4096, 16384), (16384, 4096)):
+                for name, fd, inputs, nbytes in _cases(shape, dtype, ("rmsnorm", "layernorm", "softmax")):
+                    variants = []
+                    for bc in (1024, 2048, 4096):
+                        n = -(-shape[1] // bc)
+                        for warps in (4, 8):
+                            variants.append((f"looped bc{bc} w{warps}", [], dict(BLOCK_C=bc, num_warps=warps)))
+                            variants.append((f"{n} tiles bc{bc} w{warps}", [unrolled(n)],
+                                             dict(BLOCK_C=bc, num_warps=warps)))
+                    sw.run(f"{name} {list(shape)}", fd, inputs, nbytes, variants)
+    finally:
+        plan_mod.TUNING.clear()
+        plan_mod.TUNING.update(saved)
+
+
+def section_wide(sw: Sweep) -> None:
+    for dtype in (torch.float32, torch.bfloat16):
+        for name, fd, inputs, nbytes in _cases((1024, 65536), dtype, ("rmsnorm", "layernorm", "softmax")):
+            variants = [("as planned", [], {})]
+            for per_sm in (1, 2):
+                for warps in (8, 16):
+                    variants.append((f"{per_sm}/SM grid, L2 hints, w{warps}",
+                                     [grid_over_rows, eviction_hints, streaming_stores],
+                                     dict(grid=(sw.n_sms * per_sm,), num_warps=warps)))
+            for bc in (1024, 4096, 8192):
+                for warps in (4, 8, 16):
+                    variants.append((f"bc{bc} w{warps}", [], dict(BLOCK_C=bc, num_warps=warps)))
+                    variants.append((f"L2 hints bc{bc} w{warps}", [eviction_hints], dict(BLOCK_C=bc, num_warps=warps)))
+            variants.append(("1/SM grid, L2 hints, 3 stages", [grid_over_rows, eviction_hints, streaming_stores],
+                             dict(grid=(sw.n_sms,), BLOCK_C=4096, num_warps=16, num_stages=3)))
+            sw.run(f"{name} [1024, 65536]", fd, inputs, nbytes, variants)
+
+
+def section_bounds(sw: Sweep) -> None:
+    for shape in ((16384, 4096), (8191, 5000), (32768, 1024)):
+        for name, fd, inputs, nbytes in _cases(shape, torch.bfloat16, ("gelu", "softmax")):
+            if name.startswith("gelu"):
+                variants = [("exact", [], {}), ("tanh.approx.f32", [approx_tanh], {})]
+            else:
+                variants = [("exact", [], {}), ("reciprocal multiply", [reciprocal_division], {}),
+                            ("corrected reciprocal", [corrected_division], {}), ("exp2-based exp", [exp2_exp], {}),
+                            ("both approximate", [reciprocal_division, exp2_exp], {})]
+            sw.run(f"{name} {list(shape)}", fd, inputs, nbytes, variants)
+
+
+@triton.jit
+def _division_mismatches(a_ptr, b_ptr, bad_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    a = tl.load(a_ptr + offs, mask=m, other=1.0)
+    b = tl.load(b_ptr + offs, mask=m, other=1.0)
+    r = libdevice.div_rn(1.0, b)
+    q0 = a * r
+    q = libdevice.fma(libdevice.fma(-q0, b, a), r, q0)
+    ref = libdevice.div_rn(a, b)
+    bad = (q.to(tl.int32, bitcast=True) != ref.to(tl.int32, bitcast=True)) & (ref == ref)
+    tl.atomic_add(bad_ptr, tl.sum(bad.to(tl.int32)))
+
+
+def section_divcheck(sw: Sweep) -> None:
+    g = torch.Generator(device="cuda").manual_seed(0)
+    n = 1 << 26
+
+    def random_floats(lo, hi):  # random bits with exponents in [lo, hi)
+        mant = torch.randint(0, 1 << 23, (n,), device="cuda", generator=g, dtype=torch.int32)
+        exp = torch.randint(lo + 127, hi + 127, (n,), device="cuda", generator=g, dtype=torch.int32)
+        sign = torch.randint(0, 2, (n,), device="cuda", generator=g, dtype=torch.int32) << 31
+        return (sign | (exp << 23) | mant).view(torch.float32)
+
+    ranges = {
+        "exponents -100..100 (quotients may over/underflow)": lambda: (random_floats(-100, 100), random_floats(-100, 100)),
+        "softmax-like: a in [0, 1), b in [1, 65536)": lambda: (
+            torch.rand(n, device="cuda", generator=g), 1 + torch.rand(n, device="cuda", generator=g) * 65535),
+        "subnormal a, b in [1, 65536)": lambda: (
+            random_floats(-126, -125).view(torch.int32).bitwise_and(0x807FFFFF).view(torch.float32),
+            1 + torch.rand(n, device="cuda", generator=g) * 65535),
+    }
+    for label, make in ranges.items():
+        bad = torch.zeros(1, dtype=torch.int32, device="cuda")
+        for _ in range(8):
+            a, b = make()
+            _division_mismatches[(n // 4096,)](a, b, bad, n, BLOCK=4096)
+        rec = dict(divcheck=label, pairs=8 * n, mismatches=int(bad))
+        print(json.dumps(rec), flush=True)
+        sw.records.append(rec)
+
+
+def section_pointwise(sw: Sweep) -> None:
+    for shape in ((16384, 4096), (8191, 5000), (4096, 16384), (32768, 1024), (1024, 65536)):
+        for name, fd, inputs, nbytes in _cases(shape, torch.bfloat16, ("slice+add+mul",)):
+            variants = [("as planned", [], {})]
+            for br, bc, warps in ((4, 2048, 8), (8, 1024, 8), (2, 2048, 4), (4, 1024, 4), (1, 4096, 8)):
+                def grid(cx, cap, src, br=br, bc=bc):
+                    m = re.search(r"n_cols = n_cols_q \* (\d+)", src)
+                    rows, cols = cap["constexprs"][-4], cap["constexprs"][-3] * (int(m.group(1)) if m else 1)
+                    return (-(-rows // br) * -(-cols // bc),)
+                variants.append((f"{br}x{bc} w{warps}", [], dict(BLOCK_R=br, BLOCK_C=bc, num_warps=warps, grid=grid)))
+            sw.run(f"{name} {list(shape)}", fd, inputs, nbytes, variants)
+
+
+def section_clusters(sw: Sweep) -> None:
+    saved = dict(plan_mod.TUNING)
+    plan_mod.TUNING["persistent_max_cols"] = 1 << 17  # whole 65536-wide rows in one (clustered) program
+    try:
+        for name, fd, inputs, nbytes in _cases((1024, 65536), torch.float32, ("rmsnorm", "softmax")):
+            sw.run(f"{name} [1024, 65536]", fd, inputs, nbytes,
+                   [(f"num_ctas {c} w{w}", [], dict(num_ctas=c, num_warps=w)) for c in (2, 4, 8) for w in (8, 16)])
+    finally:
+        plan_mod.TUNING.clear()
+        plan_mod.TUNING.update(saved)
+
+
+SECTIONS = dict(tiles=section_tiles, wide=section_wide, bounds=section_bounds, divcheck=section_divcheck,
+                pointwise=section_pointwise, clusters=section_clusters)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sections", default="tiles", help="comma-separated subset of " + ",".join(SECTIONS))
+    ap.add_argument("--out", default="benchmarks/results")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("sweep_kernel_variants.py times real kernels: it needs a CUDA device")
+    launcher_mod.Launcher.launch = _capturing_launch
+    sw = Sweep()
+    for name in args.sections.split(","):
+        SECTIONS[name](sw)
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"{datetime.date.today().isoformat()}-kernel-variants.json")
+    with open(path, "w") as f:
+        json.dump(dict(copy_gb_s=sw.copy, device=torch.cuda.get_device_name(), records=sw.records), f, indent=0)
+    print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()
