@@ -209,3 +209,28 @@ def test_printed_definition_shows_the_squeeze_and_the_scaling():
     assert "fd.ops.squeeze(tv1, dims=[1], squeeze_expanded=True)" in text
     assert "fd.ops.mul(tv2, 3.00000)" in text
     assert "fd.ops.sum" not in text
+
+
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min"])
+@pytest.mark.parametrize("dims", [[0], [-1]])
+def test_reducing_a_zero_dim_tensor_is_a_copy(op, dims):
+    # nvFuser (like torch) accepts dim 0 or -1 on a 0-dim tensor and returns a copy of it (was an IndexError).
+    for value in (-2.5, float("nan"), float("-inf"), -0.0):
+        x = torch.tensor(value, device=DEVICE)
+
+        def fusion(fd):
+            t = fd.define_tensor(shape=[], contiguity=[], dtype=DataType.Float)
+            fd.add_output(getattr(fd.ops, op)(t, dims=dims))
+
+        out = check_fusion(fusion, [x], lambda x: x.clone(), atol=0, rtol=0)[0]
+        assert out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+        assert torch.equal(out.signbit(), x.signbit())
+
+
+def test_sum_of_a_zero_dim_integer_tensor_is_int():
+    x = torch.tensor(7, dtype=torch.int32, device=DEVICE)
+
+    def fusion(fd):
+        fd.add_output(fd.ops.sum(fd.define_tensor(shape=[], contiguity=[], dtype=DataType.Int32), dims=[0]))
+
+    check_fusion(fusion, [x], lambda x: torch.sum(x, 0), atol=0, rtol=0)

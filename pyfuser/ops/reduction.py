@@ -204,6 +204,8 @@ def _register_reduction(name: str):
             dims, dtype = _MISSING, dims
         dims_name, dims_value = _pick_dims(name, dims, dim, axes)
         norm = _parse_dims(name, tv, dims_name, dims_value, required=False)
+        if tv.ndim == 0:
+            norm = []  # a 0-dim tensor reduces to a copy of itself (nvFuser and torch accept dim 0 or -1)
         keep = _pick_keepdim(name, keepdim, keep_dim)
         dtype = DataType.Null if dtype is _MISSING else dtype
         cast, compute, out_dt = _reduce_types(name, tv.dtype, dtype)
