@@ -27,7 +27,11 @@ with tempfile.TemporaryDirectory() as d:
         spec = importlib.util.spec_from_file_location(f"k{i}", path)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-        src = triton.compiler.ASTSource(fn=getattr(mod, k["name"]), signature=k["signature"], constexprs=k["constexprs"])
+        # (JSON has no tuples or functions: a list is a tuple argument's types, "@name" a function of the source)
+        sig = {n: tuple(t) if isinstance(t, list) else t for n, t in k["signature"].items()}
+        consts = {n: getattr(mod, c[1:]) if isinstance(c, str) and c.startswith("@") else c
+                  for n, c in k["constexprs"].items()}
+        src = triton.compiler.ASTSource(fn=getattr(mod, k["name"]), signature=sig, constexprs=consts)
         compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=k["options"])
         assert compiled.asm["cubin"], k["name"]
         out.append(compiled.asm["ptx"])

@@ -108,10 +108,14 @@ def _install_bounds_guard() -> None:
     def _init_args_hst(self, args_dev, kwargs):
         args_hst, kwargs_hst = init_args(self, args_dev, kwargs)
         ranges.clear()
-        for a in list(args_hst) + list(kwargs_hst.values()):
+        todo = list(args_hst) + list(kwargs_hst.values())
+        while todo:
+            a = todo.pop()
             if isinstance(a, torch.Tensor):
                 st = a.untyped_storage()
                 ranges.append((st.data_ptr(), st.data_ptr() + st.nbytes()))
+            elif isinstance(a, tuple):  # a tuple argument (a load prologue's arguments) holds tensors too
+                todo.extend(a)
         return args_hst, kwargs_hst
 
     def check(what, ptrs, mask):

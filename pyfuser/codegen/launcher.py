@@ -87,10 +87,12 @@ class Launcher:
         self._lock = threading.Lock()
 
     def launch(self, grid: Sequence[int], tensors: Sequence[torch.Tensor], scalars: Sequence = (),
-               constexprs: Sequence = (), jit_tensors: Optional[Callable[[], Sequence[torch.Tensor]]] = None):
+               constexprs: Sequence = (), jit_tensors: Optional[Callable[[], Sequence[torch.Tensor]]] = None,
+               direct: bool = True):
         """``jit_tensors()``, if given, builds the pointer arguments as the JIT path must see them (views of other
         dtypes at the same addresses as ``tensors``); they are only built on that path. Returns the compiled kernel
-        when its specialization can be launched directly (None on the interpreter or while hooks force the JIT)."""
+        when its specialization can be launched directly (None on the interpreter or while hooks force the JIT).
+        ``direct=False`` always takes the JIT path (arguments the direct path cannot pass: tuples)."""
         global _direct_enabled
         g0 = grid[0]
         g1 = grid[1] if len(grid) > 1 else 1
@@ -102,7 +104,7 @@ class Launcher:
                 self.fn[(g0, g1, g2)](*(jit_tensors() if jit_tensors else tensors), *scalars, *constexprs,
                                       **self.options)
             return
-        direct = _direct_enabled and not _launch_hooks_installed()
+        direct = direct and _direct_enabled and not _launch_hooks_installed()
         if direct:
             ptrs = [t.data_ptr() for t in tensors]
             key = (first.device.index, *[t.dtype for t in tensors], *[p % 16 == 0 for p in ptrs],

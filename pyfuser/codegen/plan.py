@@ -62,6 +62,9 @@ class KernelPlan:
     # Run-time checks (index_select's index range): the kernel takes the call's error flags (int32) after the
     # tensor pointers and one slot per check after the scalars (codegen/gather_lowerings.py).
     checks: tuple = ()
+    # What a load prologue is emitted from (plan_kernel's ``prologue_of``, codegen/prologue.py): the builder, the
+    # tensor params, the row/column runs, index64, the argument names of ``fixed``. None otherwise.
+    prologue_state: Optional[dict] = None
 
     def compile_spec(self) -> tuple[dict, dict]:
         """(signature, constexprs) for ``triton.compile`` of this kernel ahead of time (e.g. for sm_90 in CI)."""
@@ -132,8 +135,10 @@ def _merge(group: list, sizes: dict, walks: list[dict], pinned=frozenset()) -> l
     return runs
 
 
-def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
-    """``metas``: id(tv) -> TensorMeta for every segment input and output tensor."""
+def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[TensorView] = None) -> KernelPlan:
+    """``metas``: id(tv) -> TensorMeta for every segment input and output tensor. ``prologue_of``: the segment's
+    one output, for a pointwise segment planned as a load prologue (codegen/prologue.py): the loop dims of its
+    dims stay coordinates of their own, so that the prologue can be called at its (row, column) coordinates."""
     kernel_exprs = [e for e in segment.exprs if e not in scalar_exprs]
     made_here = {id(o) for e in kernel_exprs for o in e.outputs}
     if any(id(v) in made_here for e in scalar_exprs for v in e.inputs):
@@ -192,6 +197,10 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
     walks = [_dims_strides(tv, meta, dom) for tv, meta in memory]
     # Dims whose coordinate a lowering reads get a run of their own (their coordinate is then one variable).
     pinned = {dom.dims_of[id(tv)][d] for a in accesses.values() for tv, d in a.coords}
+    if prologue_of is not None:
+        if reduction is not None or has_scan:
+            raise NotFusable("a load prologue has no reductions or scans")
+        pinned |= set(dom.dims_of[id(prologue_of)])
     if reduction is None:
         # Pointwise: merge across the row/column split too; the innermost run is the column dim, so a fully
         # contiguous kernel becomes one flat 1-D index.
@@ -292,8 +301,12 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list) -> KernelPlan:
         arg_types[n] = "i32" if abs(v) <= INT32_MAX else "i64"
     arg_types.update(BLOCK_R="constexpr", BLOCK_C="constexpr")
     pointer_inputs = inputs_read + [v.source for v in views]
+    state = None
+    if prologue_of is not None:
+        state = dict(kb=kb, params=params, row_runs=row_runs, col_runs=col_runs, index64=index64,
+                     dims=list(dom.dims_of[id(prologue_of)]), fixed_names=fixed_names, sizes=sizes)
     return KernelPlan(name, source, mode, pointer_inputs, outputs, scalar_vals, fixed, block_r, block_c, grid, num_warps,
-                      n_rows, n_cols, arg_types, tuple(kb.checks))
+                      n_rows, n_cols, arg_types, tuple(kb.checks), state)
 
 
 def _coordinate_resolver(kb: KernelBuilder, dom: LoopDomain, sizes: dict, row_runs, col_runs, index64: bool):

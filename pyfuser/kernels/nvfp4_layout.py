@@ -54,7 +54,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ..codegen.launcher import launch, triton_usable
+from ..codegen.kernel_builder import COMPILE_OPTIONS
+from ..codegen.launcher import Launcher, launch, triton_usable
+from ..codegen.prologue import LoadPrologue
 from ..ops import narrow_precision as ops
 from ..ops.registry import attach
 
@@ -298,9 +300,15 @@ def _tile_coords(tile, k_tiles, M, K, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.cons
 
 
 @triton.jit
-def _load_half(x_ptr, r3, pairs, mask, stride_m, stride_k, X_FORMAT: tl.constexpr):
-    """Raw x of the pairs (2p, 2p+1): one integer per pair (pair formats; returned twice), or the two elements."""
-    if X_FORMAT == 0:
+def _load_half(x_ptr, r3, pairs, mask, stride_m, stride_k, X_FORMAT: tl.constexpr, PROLOGUE: tl.constexpr,
+               PARGS):
+    """Raw x of the pairs (2p, 2p+1): one integer per pair (pair formats; returned twice), or the two elements.
+    With a load PROLOGUE (a generated function, codegen/prologue.py) the two elements are computed by it from its
+    arguments PARGS, at x's (row, column) coordinates, already in x's dtype (X_FORMAT is then 0)."""
+    if PROLOGUE is not None:
+        a = PROLOGUE(r3, 2 * pairs, mask, PARGS)
+        b = PROLOGUE(r3, 2 * pairs + 1, mask, PARGS)
+    elif X_FORMAT == 0:
         ptr = x_ptr + r3 * stride_m + (2 * pairs) * stride_k
         a = tl.load(ptr, mask=mask, other=0.0)
         b = tl.load(ptr + stride_k, mask=mask, other=0.0)
@@ -409,7 +417,7 @@ def _quantize_tiles(
     M, K, g, stride_m, stride_k, pk, scales_numel, k_tiles,
     HAS_GS: tl.constexpr, SCALE_LAYOUT: tl.constexpr, X_FORMAT: tl.constexpr, LOG2_G: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
-    WIDE: tl.constexpr,
+    WIDE: tl.constexpr, PROLOGUE: tl.constexpr, PARGS,
 ):
     """TILES consecutive tiles; the loads of tile i+1 are issued before tile i is quantized, so that they are in
     flight while it computes (one load-compute-store tile per program leaves the memory idle during compute)."""
@@ -420,18 +428,18 @@ def _quantize_tiles(
     H: tl.constexpr = 2 if P >= 8 else 1
     Q: tl.constexpr = P // H
     rows, blocks, r3, pairs, mask = _tile_coords(first_tile, k_tiles, M, K, BLOCK_SIZE, BLOCK_M, BLOCK_K, Q, WIDE)
-    a0, b0 = _load_half(x_ptr, r3, pairs, mask, stride_m, stride_k, X_FORMAT)
+    a0, b0 = _load_half(x_ptr, r3, pairs, mask, stride_m, stride_k, X_FORMAT, PROLOGUE, PARGS)
     a1, b1 = a0, b0
     if H == 2:
-        a1, b1 = _load_half(x_ptr, r3, pairs + Q, mask, stride_m, stride_k, X_FORMAT)
+        a1, b1 = _load_half(x_ptr, r3, pairs + Q, mask, stride_m, stride_k, X_FORMAT, PROLOGUE, PARGS)
     for i in tl.static_range(TILES):
         if i + 1 < TILES:
             n_rows, n_blocks, n_r3, n_pairs, n_mask = _tile_coords(first_tile + i + 1, k_tiles, M, K, BLOCK_SIZE,
                                                                    BLOCK_M, BLOCK_K, Q, WIDE)
-            n_a0, n_b0 = _load_half(x_ptr, n_r3, n_pairs, n_mask, stride_m, stride_k, X_FORMAT)
+            n_a0, n_b0 = _load_half(x_ptr, n_r3, n_pairs, n_mask, stride_m, stride_k, X_FORMAT, PROLOGUE, PARGS)
             n_a1, n_b1 = n_a0, n_b0
             if H == 2:
-                n_a1, n_b1 = _load_half(x_ptr, n_r3, n_pairs + Q, n_mask, stride_m, stride_k, X_FORMAT)
+                n_a1, n_b1 = _load_half(x_ptr, n_r3, n_pairs + Q, n_mask, stride_m, stride_k, X_FORMAT, PROLOGUE, PARGS)
         _quantize_tile(a0, b0, a1, b1, rows, blocks, r3, pairs, mask,
                        gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr, M, K, g, pk, scales_numel,
                        HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, H, Q, WIDE)
@@ -456,6 +464,33 @@ def _zero_padding_tile(
 
 
 @triton.jit
+def _quantize_program(
+    pid, x_ptr, gs_ptr, packed_ptr, scales_ptr, units_ptr, in_offsets_ptr, out_offsets_ptr,
+    M, K, g, stride_m, stride_k, pk, scales_numel, n_rows, quant_programs, k_tiles, z_cols,
+    HAS_GS: tl.constexpr, SCALE_LAYOUT: tl.constexpr, X_FORMAT: tl.constexpr, LOG2_G: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
+    WIDE: tl.constexpr, UNIT_LOG2: tl.constexpr, ZERO_R: tl.constexpr, ZERO_C: tl.constexpr,
+    PROLOGUE: tl.constexpr, PARGS,
+):
+    # Programs [0, quant_programs) quantize TILES [BLOCK_M, BLOCK_K] tiles of x each; with a padded (swizzled)
+    # scale layout, the programs after them write the padding zeros of the scale buffer, so it needs no memset.
+    if SCALE_LAYOUT == 0:
+        _quantize_tiles(pid * TILES, x_ptr, gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr,
+                        M, K, g, stride_m, stride_k, pk, scales_numel, k_tiles,
+                        HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES, WIDE,
+                        PROLOGUE, PARGS)
+    elif pid < quant_programs:
+        _quantize_tiles(pid * TILES, x_ptr, gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr,
+                        M, K, g, stride_m, stride_k, pk, scales_numel, k_tiles,
+                        HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES, WIDE,
+                        PROLOGUE, PARGS)
+    else:
+        nb_units = (K // BLOCK_SIZE) >> UNIT_LOG2
+        _zero_padding_tile(units_ptr, in_offsets_ptr, out_offsets_ptr, pid - quant_programs, z_cols, M, nb_units,
+                           g, pk >> UNIT_LOG2, n_rows, SCALE_LAYOUT == 2, LOG2_G, UNIT_LOG2, ZERO_R, ZERO_C)
+
+
+@triton.jit
 def _block_quantize_kernel(
     x_ptr, gs_ptr, packed_ptr, scales_ptr, units_ptr, in_offsets_ptr, out_offsets_ptr,
     M, K, g, stride_m, stride_k, pk, scales_numel, n_rows, quant_programs, k_tiles, z_cols,
@@ -463,21 +498,28 @@ def _block_quantize_kernel(
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
     WIDE: tl.constexpr, UNIT_LOG2: tl.constexpr, ZERO_R: tl.constexpr, ZERO_C: tl.constexpr,
 ):
-    # Programs [0, quant_programs) quantize TILES [BLOCK_M, BLOCK_K] tiles of x each; with a padded (swizzled)
-    # scale layout, the programs after them write the padding zeros of the scale buffer, so it needs no memset.
-    pid = tl.program_id(0)
-    if SCALE_LAYOUT == 0:
-        _quantize_tiles(pid * TILES, x_ptr, gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr,
-                        M, K, g, stride_m, stride_k, pk, scales_numel, k_tiles,
-                        HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES, WIDE)
-    elif pid < quant_programs:
-        _quantize_tiles(pid * TILES, x_ptr, gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr,
-                        M, K, g, stride_m, stride_k, pk, scales_numel, k_tiles,
-                        HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES, WIDE)
-    else:
-        nb_units = (K // BLOCK_SIZE) >> UNIT_LOG2
-        _zero_padding_tile(units_ptr, in_offsets_ptr, out_offsets_ptr, pid - quant_programs, z_cols, M, nb_units,
-                           g, pk >> UNIT_LOG2, n_rows, SCALE_LAYOUT == 2, LOG2_G, UNIT_LOG2, ZERO_R, ZERO_C)
+    # x read from memory (no prologue: PARGS is never read).
+    _quantize_program(tl.program_id(0), x_ptr, gs_ptr, packed_ptr, scales_ptr, units_ptr, in_offsets_ptr,
+                      out_offsets_ptr, M, K, g, stride_m, stride_k, pk, scales_numel, n_rows, quant_programs,
+                      k_tiles, z_cols, HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES,
+                      WIDE, UNIT_LOG2, ZERO_R, ZERO_C, None, x_ptr)
+
+
+@triton.jit
+def _block_quantize_prologue_kernel(
+    gs_ptr, packed_ptr, scales_ptr, units_ptr, in_offsets_ptr, out_offsets_ptr, PARGS,
+    M, K, g, pk, scales_numel, n_rows, quant_programs, k_tiles, z_cols,
+    HAS_GS: tl.constexpr, SCALE_LAYOUT: tl.constexpr, LOG2_G: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
+    WIDE: tl.constexpr, UNIT_LOG2: tl.constexpr, ZERO_R: tl.constexpr, ZERO_C: tl.constexpr,
+    PROLOGUE: tl.constexpr,
+):
+    # x computed by PROLOGUE from PARGS (a tuple of its pointers and ints) element by element: a separate entry,
+    # so the memory-reading kernel above keeps its signature and its direct launches.
+    _quantize_program(tl.program_id(0), gs_ptr, gs_ptr, packed_ptr, scales_ptr, units_ptr, in_offsets_ptr,
+                      out_offsets_ptr, M, K, g, 0, 0, pk, scales_numel, n_rows, quant_programs,
+                      k_tiles, z_cols, HAS_GS, SCALE_LAYOUT, 0, LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES,
+                      WIDE, UNIT_LOG2, ZERO_R, ZERO_C, PROLOGUE, PARGS)
 
 
 def block_quantize(x: torch.Tensor, global_scale: torch.Tensor | None = None, swizzle: bool = False,
@@ -506,7 +548,8 @@ def grouped_block_quantize(x: torch.Tensor, input_offsets: torch.Tensor, output_
                            num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """NVFP4 quantization with the scales written straight into the layout op's grouped swizzled buffer
     (== reference.grouped_quantize_nvfp4(fused=True), bit-exact): returns (packed ``[M, K/2]``, scales as the
-    layout op returns them: logical ``[M, K/block_size]`` over a zero-padded ``(M + 127*g) * pk`` storage)."""
+    layout op returns them: logical ``[M, K/block_size]`` over a zero-padded ``(M + 127*g) * pk`` storage).
+    ``x`` may be a LoadPrologue (codegen/prologue.py): x's elements are then computed by its function."""
     M, K = _check_quant_input("grouped_block_quantize", x, global_scale, block_size)
     g = _check_offsets("grouped_block_quantize", x, input_offsets, output_offsets)
     _check_tuning("grouped_block_quantize", block_m, block_k, tiles)
@@ -556,6 +599,24 @@ def _launch_quantize(x, global_scale, packed, scales, in_offsets, out_offsets, g
         zero_programs = _cdiv(n_rows, zr) * z_cols
     if quant_programs + zero_programs == 0:
         return
+    gs = global_scale if global_scale is not None else packed  # any pointer; unread when HAS_GS is False
+    if isinstance(x, LoadPrologue):
+        # x is computed by a generated function (its own index arithmetic: int64 where it needs it), compiled as
+        # generated kernels are (no multiply-add contraction, no flushed subnormals: the producer's ops round as
+        # op by op; the quantize math is exact either way). Its argument tuple cannot take the direct launch path.
+        wide = M * K >= _INT32_LIMIT or packed.numel() >= _INT32_LIMIT or scales.numel() >= _INT32_LIMIT
+        launcher = _PROLOGUE_LAUNCHERS.get(num_warps)
+        if launcher is None:
+            launcher = _PROLOGUE_LAUNCHERS.setdefault(
+                num_warps, Launcher(_block_quantize_prologue_kernel, num_warps, compile_options=COMPILE_OPTIONS))
+        launcher.launch(
+            (quant_programs + zero_programs,), (gs, packed, scales, units, in_offsets, out_offsets),
+            (x.args, M, K, g, pk, scales.numel(), n_rows, quant_programs, k_tiles, max(z_cols, 1)),
+            (global_scale is not None, layout, _log2_ceil(g), block_size, bm, bk, tiles, wide, unit_log2, zr, zc,
+             x.fn),
+            direct=False,
+        )
+        return
     # The pair formats read x as integers of twice its element size: unit-stride rows and aligned pairs.
     x_format, xs = _X_ELEMENTS, x
     if (x.stride(1) == 1 and x.stride(0) % 2 == 0 and x.storage_offset() % 2 == 0
@@ -563,7 +624,6 @@ def _launch_quantize(x, global_scale, packed, scales, in_offsets, out_offsets, g
         x_format, xs = _PAIR_FORMAT[x.dtype], x.view(_INT_OF_SIZE[2 * x.element_size()])
     wide = (M * abs(xs.stride(0)) + K * abs(xs.stride(1)) >= _INT32_LIMIT or packed.numel() >= _INT32_LIMIT
             or scales.numel() >= _INT32_LIMIT)
-    gs = global_scale if global_scale is not None else packed  # any pointer; unread when HAS_GS is False
     launch(
         _block_quantize_kernel, (quant_programs + zero_programs,),
         (xs, gs, packed, scales, units, in_offsets, out_offsets),
@@ -576,6 +636,7 @@ def _launch_quantize(x, global_scale, packed, scales, in_offsets, out_offsets, g
 
 
 _DUMMY_OFFSETS: dict = {}
+_PROLOGUE_LAUNCHERS: dict = {}  # num_warps -> Launcher of _block_quantize_prologue_kernel
 
 
 def _dummy_offsets(device: torch.device) -> torch.Tensor:
