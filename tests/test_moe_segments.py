@@ -1,6 +1,7 @@
 """The NVFP4 MoE layer fusion's segments (pyfuser/demo/moe_nvfp4.py): which ops fuse, how many segments, and the
 output bit for bit equal to the layer as it was defined before its combine and offsets were restructured for
-fusion (a reshape of gathered rows summed over the slot dim; offsets scanned from the counts)."""
+fusion (a reshape of gathered rows summed over the slot dim; offsets scanned from the counts), and to the layer
+run without load prologues (the gather and SiLU*up producers as kernels of their own)."""
 
 from __future__ import annotations
 
@@ -9,22 +10,23 @@ from harness import DEVICE
 
 from pyfuser import DataType, FusionDefinition
 from pyfuser.demo import moe_nvfp4 as moe
+from pyfuser.segment import segmenter
 
 TINY = moe.MoEConfig(hidden=128, intermediate=64, experts=4, top_k=2)
 
 # What runs, segment by segment (kind, ops that must be in it). 15 segments before top-k, index_select and the
-# offsets/tables merge; the rest is bounded by the segmenter's rules (docs/codegen.md, "The MoE layer").
+# offsets/tables merge, 12 before the quantize kernels took load prologues; the rest is bounded by the segmenter's
+# rules (docs/codegen.md, "The MoE layer").
 EXPECTED = [
     ("ExprEval", {"linear"}),
     ("InnerPersistent", {"max", "exp", "topk"}),  # softmax, top-k, renormalised weights: one kernel
     ("ExprEval", {"argsort"}),
-    ("PointWise", {"div", "index_select"}),  # permuted rows of x gathered by flat index // k
     ("Reduction", {"eq", "sum"}),  # tokens per expert
     ("InnerPersistent", {"cumsum", "cat", "full"}),  # both offset scans and both problem-size tables
-    ("PointWise", {"nv_grouped_block_quantize"}),
+    # permuted rows of x gathered by flat index // k inside the quantize kernel (its load prologue)
+    ("PointWise", {"div", "index_select", "nv_grouped_block_quantize"}),
     ("ExprEval", {"cutlass_nvfp4_grouped_mm"}),
-    ("PointWise", {"silu", "mul"}),
-    ("PointWise", {"nv_grouped_block_quantize"}),
+    ("PointWise", {"silu", "mul", "nv_grouped_block_quantize"}),  # SiLU(gate) * up: the quantize's prologue
     ("ExprEval", {"cutlass_nvfp4_grouped_mm"}),
     ("PointWise", {"index_select", "mul", "add"}),  # un-permute and weighted sum over the slots
 ]
@@ -60,7 +62,7 @@ def _old_fusion(cfg, T):
     return fd
 
 
-def test_moe_layer_segments_and_values_as_before():
+def test_moe_layer_segments_and_values_as_before(monkeypatch):
     T = 24
     weights = moe.quantize_weights(moe.make_weights(TINY, DEVICE, seed=3))
     layer = moe.MoENVFP4(TINY, weights)
@@ -75,5 +77,13 @@ def test_moe_layer_segments_and_values_as_before():
         assert seg.kind.value == kind and ops <= names, (seg.index, seg.kind.value, sorted(names))
         if kind != "ExprEval" and "nv_grouped_block_quantize" not in names:
             assert "triton kernel" in str(report), str(report)  # a generated kernel, not the ATen fallback
+        if "nv_grouped_block_quantize" in names:  # the producer runs inside the kernel, not on ATen
+            assert "+ load prologue pf_" in report.reason, str(report)
     (before,) = _old_fusion(TINY, T).execute(layer.inputs(x))
     assert torch.equal(out.view(torch.int16), before.view(torch.int16))
+    # Without prologues: the gather and SiLU * up are kernels of their own (12 segments), same bits.
+    monkeypatch.setattr(segmenter, "_merge_prologues", lambda fusion, pieces: (pieces, {}))
+    unfused = moe.MoENVFP4(TINY, weights)
+    (alone,) = unfused.fusion(T).execute(unfused.inputs(x))
+    assert len(unfused.fusion(T).segments()) == 12
+    assert torch.equal(out.view(torch.int16), alone.view(torch.int16))

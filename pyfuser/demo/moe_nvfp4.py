@@ -255,7 +255,9 @@ def define_experts(fd: FusionDefinition, cfg: MoEConfig, x_perm, experts, offset
     gate_up = grouped_gemm(x_perm, experts[0], 2 * I, H)  # [M, 2I] bf16
     gate = fd.ops.cast(fd.ops.slice(gate_up, [0, 0], [M, I]), DataType.Float)
     up = fd.ops.cast(fd.ops.slice(gate_up, [0, I], [M, 2 * I]), DataType.Float)
-    h = fd.ops.mul(fd.ops.silu(gate), up)  # quantized from fp32, no bf16 round trip
+    # Quantized from fp32, no bf16 round trip. Read only by the quantize, it is computed inside the quantize kernel
+    # (its load prologue, docs/codegen.md), as are the gathered rows x_perm: neither is written to memory.
+    h = fd.ops.mul(fd.ops.silu(gate), up)
     return grouped_gemm(h, experts[1], H, I)  # [M, H] bf16
 
 

@@ -238,7 +238,9 @@ def nv_grouped_block_quantize(input, input_offsets, output_offsets, global_scale
     gs = _global_scale(op, global_scale)
     data, scales = _quant_outputs(op, x)
     kwargs = {"global_scale": gs, "block_size": block_size, "dtype": dtype}
-    return OpResult([data, scales], (x, a, b), kwargs, info={"swizzled_output": 1})
+    # prologue_input: the kernel can compute its input tile through a merged pointwise producer (a load prologue,
+    # segment/segmenter.py) instead of reading it from memory.
+    return OpResult([data, scales], (x, a, b), kwargs, info={"swizzled_output": 1, "prologue_input": 0})
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ def infer_layouts(segmented: SegmentedFusion, flat_inputs: Sequence[Any], option
         for seg in segmented.segments:
             run_exprs(seg.exprs, env)
             STATS["segments_inferred"] += 1
-            for out in seg.outputs:
+            for out in seg.outputs + seg.prologue_outputs:  # (a load prologue is planned with a layout)
                 if not isinstance(out, TensorView):
                     continue
                 t = env.value(out)

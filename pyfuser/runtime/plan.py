@@ -17,13 +17,15 @@ from ..codegen.compiler import load_kernel
 from ..codegen.kernel_builder import COMPILE_OPTIONS
 from ..codegen.launcher import Launcher, triton_usable
 from ..codegen.plan import TensorMeta, plan_kernel, segment_metas
+from ..codegen.prologue import plan_prologue, prologue_segment
 from ..errors import FusionExecutionError
 from ..ir.dtypes import DataType
 from ..ir.nodes import Scalar, TensorView, Val, Vector
 from ..ops.registry import OpKind
 from ..segment.loop_domain import NotFusable
 from ..segment.segmenter import SchedulerKind, Segment, SegmentedFusion
-from .steps import CallStep, KernelStep, LayoutCheckStep, StepReport, compile_binder, resolving_bits, scalar_args
+from .steps import (CallStep, KernelStep, LayoutCheckStep, PrologueStep, StepReport, compile_binder, resolving_bits,
+                    scalar_args)
 
 
 class SlotMap:
@@ -102,6 +104,11 @@ class ExecutionPlan:
                 reason = "torch reference of an op with a hand-written kernel: " + (
                     "kernel_codegen is disabled" if not runtime.options.kernel_codegen
                     else f"no Triton on {runtime.device.type}")
+            elif own_kernel and seg.prologue_exprs:
+                steps_or_reason = self._prologue_steps(seg, slots, runtime, input_metas, expr_eval_outputs)
+                if not isinstance(steps_or_reason, str):
+                    return steps_or_reason, reason
+                reason = f"load prologue on ATen: {steps_or_reason}"
             return self._call_steps(seg, seg.exprs, slots, use_kernels, reason), reason
         reason = self._why_no_kernel(runtime)
         if reason is None:
@@ -133,6 +140,37 @@ class ExecutionPlan:
             steps.append(CallStep(e, fn, slots.get, out_slots, element_slots, kind, e.op.name if own else reason,
                                   seg.index))
         return steps
+
+    def _prologue_steps(self, seg: Segment, slots: SlotMap, runtime, input_metas: dict, expr_eval_outputs: set):
+        """[host scalar steps..., PrologueStep] for a hand-written kernel op whose input producer was merged into
+        its segment (codegen/prologue.py), or the reason it cannot be planned (the producer then runs on ATen)."""
+        (value,) = seg.prologue_outputs
+        pseg = prologue_segment([e for e in seg.prologue_exprs if not _is_scalar_expr(e)], value)
+        metas = segment_metas(pseg, runtime.layouts, input_metas)
+        if metas is None:
+            return "a boundary layout is unknown"
+        scalar_exprs = [e for e in seg.exprs if _is_scalar_expr(e)]
+        try:
+            plan = plan_prologue(pseg, metas, [])
+        except NotFusable as e:
+            return str(e)
+        steps = self._call_steps(seg, scalar_exprs, slots, False, "host scalar")
+        value_slot = slots.assign(value)  # holds the LoadPrologue while the op runs
+        # The producer's ATen steps, run instead when a layout guard fails (they write the value's slot).
+        fallback = self._call_steps(seg, pseg.exprs, slots, False, "input strides differ from the assumed layout")
+        op = seg.exprs[-1]
+        (call,) = self._call_steps(seg, [op], slots, True, op.op.name)
+        guards = []
+        if not runtime.options.infer_contiguity:
+            guards = [(slots.get(tv), tuple(metas[id(tv)].strides)) for tv in plan.inputs
+                      if id(tv) in expr_eval_outputs]
+        scalars = plan.scalar_vals
+        convert = any(isinstance(s, TensorView) or s.dtype is DataType.Bool for s in scalars if isinstance(s, Val))
+        step = PrologueStep(plan, None, [slots.get(tv) for tv in plan.inputs],
+                            scalar_args(compile_binder(tuple(scalars), slots.get), convert), value_slot, call,
+                            runtime.device, seg.index, self.resolve_bits, guards, fallback)
+        step.fn = load_kernel(plan.source, plan.name, owner=step)  # released with the step
+        return steps + [step]
 
     def _kernel_steps(self, seg: Segment, slots: SlotMap, runtime, input_metas: dict, expr_eval_outputs: set):
         """[host scalar steps..., KernelStep], or the reason no kernel could be planned."""

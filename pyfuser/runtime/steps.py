@@ -6,6 +6,8 @@ Three kinds:
 - :class:`CallStep` runs one op's evaluator: its ATen implementation (``kind == "aten"``), or the op's hand-written
   Triton kernel (``kind == "op kernel"``, the NVFP4 family in pyfuser/kernels);
 - :class:`KernelStep` launches a generated Triton kernel (``kind == "triton"``) through the one launcher;
+- :class:`PrologueStep` runs a hand-written kernel op whose input is computed by a generated load prologue
+  (codegen/prologue.py) instead of read from memory;
 - :class:`LayoutCheckStep` compares segment outputs with their inferred layouts (option ``check_layouts``).
 
 Every step reports what it is (:meth:`describe`) for ``fd.last_execution()`` and ``PYFUSER_DUMP``.
@@ -214,6 +216,69 @@ class KernelStep:
 
     def describe(self) -> StepReport:
         return StepReport("triton", self.plan.name, "", self.plan.source)
+
+
+class PrologueStep:
+    """A hand-written kernel op (``call``, a CallStep) whose input in slot ``slot`` is a load prologue: the slot
+    holds a LoadPrologue (the generated function and its arguments: the tensors of ``in_slots``, error flags, the
+    bound scalars, the plan's fixed integers) while the op runs. Index checks of the prologue report like a
+    generated kernel's (KernelStep._launch_checked). ``guards``/``fallback`` as KernelStep's: a call whose inputs
+    break an assumed layout runs the producer's ATen steps (writing the slot) and then the op."""
+
+    __slots__ = ("plan", "fn", "in_slots", "bind_scalars", "slot", "call", "device", "segment", "resolve_bits",
+                 "guards", "fallback", "last_path", "__weakref__")
+
+    def __init__(self, plan, fn, in_slots, bind_scalars, slot: int, call: CallStep, device, segment: int,
+                 resolve_bits: bool = False, guards=(), fallback=()):
+        self.plan, self.fn = plan, fn  # codegen.prologue.ProloguePlan and its loaded function
+        self.in_slots, self.bind_scalars, self.slot, self.call = in_slots, bind_scalars, slot, call
+        self.device, self.segment, self.resolve_bits = device, segment, resolve_bits
+        self.guards, self.fallback = guards, fallback
+        self.last_path = None
+
+    def run(self, v: list) -> None:
+        from ..codegen.prologue import LoadPrologue
+
+        for slot, strides in self.guards:
+            if v[slot].stride() != strides:
+                self.last_path = "aten (layout guard)"
+                for step in self.fallback:
+                    step.run(v)
+                self.call.run(v)
+                return
+        self.last_path = "kernel"
+        plan = self.plan
+        ins = [v[s] for s in self.in_slots]
+        if self.resolve_bits:
+            ins = [_resolved(t) for t in ins]
+        scalars = tuple(self.bind_scalars(v))
+        flags = None
+        if plan.checks:
+            ctx = run_context.current()
+            deferred = (ctx is not None and ctx.errors is not None
+                        and ctx.offset_checks != run_context.OFFSET_CHECKS_SYNC)
+            where = [ctx.error_slot(c) for c in plan.checks] if deferred else [None]
+            if all(w is not None for w in where):
+                err, slots = where[0][0], tuple(w[1] for w in where)
+            else:
+                flags = err = torch.zeros(len(plan.checks), dtype=torch.int32, device=self.device)
+                slots = tuple(range(len(plan.checks)))
+            args = (*ins, err, *scalars, *slots, *plan.fixed)
+        else:
+            args = (*ins, *scalars, *plan.fixed)
+        v[self.slot] = LoadPrologue(self.fn, args, torch.Size(plan.shape), plan.dtype, self.device)
+        try:
+            self.call.run(v)
+        finally:
+            v[self.slot] = None  # the prologue is the op's alone
+        if flags is not None:
+            bits = flags.tolist()
+            if any(bits):
+                raise FusionExecutionError("; ".join(m for c, b in zip(plan.checks, bits) if b for m in c.messages(b)))
+
+    def describe(self) -> StepReport:
+        name = f"{self.call.node.op.name} + load prologue {self.plan.name}"
+        return StepReport("op kernel", name, name, self.plan.source)
 
 
 def scalar_args(bind: Callable[[list], tuple], convert: bool) -> Callable[[list], tuple]:

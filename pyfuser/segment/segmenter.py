@@ -9,7 +9,10 @@ Triton lowering yet, and zero-copy view chains). The segmenter
 2. orders the expressions topologically, preferring to continue the current segment, and cuts a new segment
    whenever the kind changes, after ``segment_set``, or when adding an expr would stop a kernel segment from
    being one kernel (its reductions must all reduce the same loop dims). Every segment only reads values
-   produced by earlier segments, so the order is a valid schedule.
+   produced by earlier segments, so the order is a valid schedule;
+3. merges a pointwise kernel into the hand-written kernel op it feeds, as that op's *load prologue*, where the
+   op declares one on that input (``node.info["prologue_input"]``: the quantize kernels compute their input
+   tile through a generated function instead of reading it from memory, codegen/prologue.py).
 """
 
 from __future__ import annotations
@@ -49,6 +52,10 @@ class Segment:
     exprs: list[Expr]
     inputs: list[Val] = field(default_factory=list)  # tensors and symbolic scalars produced outside
     outputs: list[Val] = field(default_factory=list)  # values read by later segments or returned
+    # A hand-written kernel op's segment may start with a merged pointwise producer (its load prologue):
+    # its exprs, and the tensors it hands to the op inside the segment (never written to memory by the kernels).
+    prologue_exprs: list[Expr] = field(default_factory=list)
+    prologue_outputs: list[TensorView] = field(default_factory=list)
 
     def __repr__(self) -> str:
         ops = ", ".join(e.op.name for e in self.exprs)
@@ -270,9 +277,76 @@ def segment_fusion(fusion: Fusion) -> SegmentedFusion:
     for k, g in groups:
         split.extend((k, piece) for piece in (_split_kernel_group(g) if k == _KERNEL else [g]))
     split = _merge_neighbour_kernels(split)
+    split, prologues = _merge_prologues(fusion, split)
     segments = [Segment(i, _scheduler_kind(k, g), g) for i, (k, g) in enumerate(split)]
+    for seg in segments:
+        if id(seg.exprs[-1]) in prologues:
+            seg.prologue_exprs, seg.prologue_outputs = prologues[id(seg.exprs[-1])]
     _wire(fusion, segments)
     return SegmentedFusion(fusion, segments)
+
+
+def _merge_prologues(fusion: Fusion, pieces: list) -> tuple[list, dict]:
+    """Each hand-written kernel op that takes a load prologue on an input (``info["prologue_input"]``, an argument
+    position) absorbs the kernel piece producing that input when the piece is pointwise (no reduction, scan or
+    selection: the prologue computes single elements at the coordinates the op asks for), everything it makes is
+    read only by that op, once, and nothing of it is returned or aliased. The piece moves to the op's place (its
+    values are read by nothing in between). Returns the pieces and id(op expr) -> (prologue exprs, [input])."""
+    uses = fusion.uses()
+    returned = {id(v) for v in fusion.all_outputs()} | {id(v) for pair in fusion.aliases for v in pair}
+    producer_piece: dict[int, int] = {}
+    for j, (k, g) in enumerate(pieces):
+        if k == _KERNEL:
+            for e in g:
+                for o in e.outputs:
+                    producer_piece[id(o)] = j
+    merged: dict[int, tuple] = {}
+    absorbed: dict[int, int] = {}  # piece index -> index of the op piece that takes it
+    for i, (k, g) in enumerate(pieces):
+        ops = [e for e in g if not _is_scalar_expr(e)]
+        if k != _OWN_KERNEL or len(ops) != 1:
+            continue
+        op = ops[0]
+        pos = op.info.get("prologue_input")
+        if pos is None or pos >= len(op.args) or not isinstance(op.args[pos], TensorView):
+            continue
+        v = op.args[pos]
+        j = producer_piece.get(id(v))
+        if j is None or j in absorbed:
+            continue
+        piece = pieces[j][1]
+        if not _prologue_piece(piece, v, op, uses, returned):
+            continue
+        absorbed[j] = i
+        merged[id(op)] = (list(piece), [v])
+    if not absorbed:
+        return pieces, {}
+    out = []
+    for i, (k, g) in enumerate(pieces):
+        if i in absorbed:
+            continue
+        ops = [e for e in g if not _is_scalar_expr(e)]
+        if k == _OWN_KERNEL and len(ops) == 1 and id(ops[0]) in merged:
+            g = merged[id(ops[0])][0] + [e for e in g if e is not ops[0]] + [ops[0]]  # the op last
+        out.append((k, g))
+    return out, merged
+
+
+def _prologue_piece(piece: list[Expr], v: TensorView, op: Expr, uses: dict, returned: set) -> bool:
+    """Whether the kernel piece ``piece`` may become ``op``'s load prologue for its input ``v`` (above)."""
+    made = {id(o) for e in piece for o in e.outputs}
+    inside = {id(e) for e in piece}
+    for e in piece:
+        if column_dims(e) or e.op.kind is OpKind.SCAN or e.op.name == "segment_set":
+            return False
+        for o in e.outputs:
+            if id(o) in returned:
+                return False
+            outside = [c for c in uses.get(id(o), []) if id(c) not in inside]
+            if outside and (o is not v or len(outside) != 1 or outside[0] is not op):
+                return False
+    # ``v`` is read once by the op (not also as another of its operands).
+    return id(v) in made and sum(1 for x in op.inputs if x is v) == 1
 
 
 def _scheduler_kind(kind: Optional[str], exprs: list[Expr]) -> SchedulerKind:
