@@ -15,6 +15,7 @@ from harness import DEVICE
 
 from pyfuser import DataType, FusionDefinition
 from pyfuser.codegen.kernel_builder import COMPILE_OPTIONS
+from pyfuser.demo import moe_nvfp4 as moe
 from pyfuser.codegen.plan import _SIG_DTYPE
 from pyfuser.codegen.prologue import LoadPrologue
 from pyfuser.errors import FusionExecutionError
@@ -202,6 +203,47 @@ def test_elementwise_prologue_special_values(monkeypatch):
     ref_fd = elementwise_fusion()
     assert_same_bytes(outs, ref_fd.execute(inputs))
     assert len(ref_fd.segments()) == 2
+
+
+@pytest.mark.parametrize("swizzle", [False, True])
+def test_block_quantize_takes_a_prologue_too(monkeypatch, swizzle):
+    # nv_block_quantize (plain or single-group swizzled scales) runs the same kernel: a gathered, scaled input.
+    g = torch.Generator().manual_seed(6)
+    x = (torch.randn(9, 48, generator=g) * 2).to(torch.bfloat16).to(DEVICE)
+    x[2, 3], x[4, 20] = float("nan"), -0.0
+    idx = torch.tensor([3, 8, 0, 0, 2, 4, 7, 1, 5, 6, 2], device=DEVICE)
+
+    def define():
+        with FusionDefinition() as fd:
+            xt = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+            it = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Int)
+            rows = fd.ops.cast(fd.ops.mul(fd.ops.index_select(xt, it, 0), 0.5), DataType.BFloat16)
+            packed, scales = fd.ops.nv_block_quantize(rows, swizzle_block_scales=swizzle)
+            fd.add_output(packed)
+            fd.add_output(scales)
+        return fd
+
+    fd = define()
+    outs = fd.execute([x, idx])
+    assert len(fd.segments()) == 1 and len(prologue_reports(fd)) == 1, fd.last_execution()
+    unfused(monkeypatch)
+    ref_fd = define()
+    assert_same_bytes(outs, ref_fd.execute([x, idx]))
+    assert len(ref_fd.segments()) == 2
+
+
+def test_moe_layer_split_quantization_fuses_too(monkeypatch):
+    # quant="split": nv_block_quantize then the layout op; both quantizes take their producers as prologues.
+    cfg = moe.MoEConfig(hidden=128, intermediate=64, experts=4, top_k=2)
+    weights = moe.quantize_weights(moe.make_weights(cfg, DEVICE, seed=1))
+    x = torch.randn(10, cfg.hidden, generator=torch.Generator().manual_seed(2)).to(DEVICE, torch.bfloat16)
+    layer = moe.MoENVFP4(cfg, weights, quant="split")
+    out = layer(x)
+    assert len(prologue_reports(layer.fusion(10))) == 2
+    unfused(monkeypatch)
+    alone = moe.MoENVFP4(cfg, weights, quant="split")
+    assert torch.equal(out.view(torch.int16), alone(x).view(torch.int16))
+    assert len(alone.fusion(10).segments()) == len(layer.fusion(10).segments()) + 2
 
 
 def test_per_row_prologue(monkeypatch):

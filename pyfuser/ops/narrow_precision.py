@@ -210,6 +210,7 @@ def nv_block_quantize(input, global_scale=None, swizzle_block_scales: bool = Fal
         fail(op, f"argument 'swizzle_block_scales' must be a bool, got {swizzle_block_scales!r}")
     data, scales = _quant_outputs(op, x)
     info = {"swizzled_output": 1} if swizzle_block_scales else {}
+    info["prologue_input"] = 0  # (see nv_grouped_block_quantize)
     kwargs = {"global_scale": gs, "swizzle_block_scales": swizzle_block_scales, "block_size": block_size,
               "dtype": dtype}
     return OpResult([data, scales], (x,), kwargs, info=info)

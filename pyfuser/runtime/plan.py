@@ -145,6 +145,9 @@ class ExecutionPlan:
         """[host scalar steps..., PrologueStep] for a hand-written kernel op whose input producer was merged into
         its segment (codegen/prologue.py), or the reason it cannot be planned (the producer then runs on ATen)."""
         (value,) = seg.prologue_outputs
+        op = seg.exprs[-1]
+        if op.op.kernel is None:  # (a form of the op without a hand-written kernel computes on ATen)
+            return f"fd.ops.{op.op.name} has no hand-written kernel here"
         pseg = prologue_segment([e for e in seg.prologue_exprs if not _is_scalar_expr(e)], value)
         metas = segment_metas(pseg, runtime.layouts, input_metas)
         if metas is None:
@@ -158,7 +161,6 @@ class ExecutionPlan:
         value_slot = slots.assign(value)  # holds the LoadPrologue while the op runs
         # The producer's ATen steps, run instead when a layout guard fails (they write the value's slot).
         fallback = self._call_steps(seg, pseg.exprs, slots, False, "input strides differ from the assumed layout")
-        op = seg.exprs[-1]
         (call,) = self._call_steps(seg, [op], slots, True, op.op.name)
         guards = []
         if not runtime.options.infer_contiguity:
