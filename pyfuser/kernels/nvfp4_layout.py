@@ -304,10 +304,12 @@ def _load_half(x_ptr, r3, pairs, mask, stride_m, stride_k, X_FORMAT: tl.constexp
                PARGS):
     """Raw x of the pairs (2p, 2p+1): one integer per pair (pair formats; returned twice), or the two elements.
     With a load PROLOGUE (a generated function, codegen/prologue.py) the two elements are computed by it from its
-    arguments PARGS, at x's (row, column) coordinates, already in x's dtype (X_FORMAT is then 0)."""
+    arguments PARGS, at x's (row, column) coordinates, already in x's dtype (X_FORMAT is then 0): in one call,
+    along a trailing axis of 2, so that its columns run contiguously over the pairs (its loads of x-like
+    operands can be as wide as the pair loads), then split apart."""
     if PROLOGUE is not None:
-        a = PROLOGUE(r3, 2 * pairs, mask, PARGS)
-        b = PROLOGUE(r3, 2 * pairs + 1, mask, PARGS)
+        cols = (2 * pairs)[:, :, :, None] + tl.arange(0, 2)[None, None, None, :]
+        a, b = tl.split(PROLOGUE(r3[:, :, :, None], cols, mask[:, :, :, None], PARGS))
     elif X_FORMAT == 0:
         ptr = x_ptr + r3 * stride_m + (2 * pairs) * stride_k
         a = tl.load(ptr, mask=mask, other=0.0)
