@@ -67,7 +67,22 @@ def _int_spec(v: int) -> tuple:
 def _scalar_spec(v) -> object:
     if type(v) is int:
         return _int_spec(v)
+    if type(v) is tuple:  # a tuple argument (a load prologue's arguments): Triton specializes each element
+        return tuple(_tuple_item_spec(x) for x in v)
     return type(v)
+
+
+def _tuple_item_spec(x) -> object:
+    if isinstance(x, torch.Tensor):
+        return x.dtype, x.data_ptr() % 16 == 0
+    return _scalar_spec(x)
+
+
+def _raw(v):
+    """A scalar argument as the compiled launcher takes it: tensors inside tuples as their addresses."""
+    if type(v) is tuple:
+        return tuple(x.data_ptr() if isinstance(x, torch.Tensor) else _raw(x) for x in v)
+    return v
 
 
 class Launcher:
@@ -85,14 +100,15 @@ class Launcher:
             self.options["num_stages"] = num_stages
         self._compiled: dict = {}
         self._lock = threading.Lock()
+        self._jit_only = False  # set when a direct launch with tuple arguments failed
 
     def launch(self, grid: Sequence[int], tensors: Sequence[torch.Tensor], scalars: Sequence = (),
-               constexprs: Sequence = (), jit_tensors: Optional[Callable[[], Sequence[torch.Tensor]]] = None,
-               direct: bool = True):
+               constexprs: Sequence = (), jit_tensors: Optional[Callable[[], Sequence[torch.Tensor]]] = None):
         """``jit_tensors()``, if given, builds the pointer arguments as the JIT path must see them (views of other
         dtypes at the same addresses as ``tensors``); they are only built on that path. Returns the compiled kernel
         when its specialization can be launched directly (None on the interpreter or while hooks force the JIT).
-        ``direct=False`` always takes the JIT path (arguments the direct path cannot pass: tuples)."""
+        A scalar may be a tuple (a load prologue's arguments, tensors included): its elements are part of the
+        specialization key and its tensors are passed by address."""
         global _direct_enabled
         g0 = grid[0]
         g1 = grid[1] if len(grid) > 1 else 1
@@ -104,7 +120,7 @@ class Launcher:
                 self.fn[(g0, g1, g2)](*(jit_tensors() if jit_tensors else tensors), *scalars, *constexprs,
                                       **self.options)
             return
-        direct = direct and _direct_enabled and not _launch_hooks_installed()
+        direct = _direct_enabled and not self._jit_only and not _launch_hooks_installed()
         if direct:
             ptrs = [t.data_ptr() for t in tensors]
             key = (first.device.index, *[t.dtype for t in tensors], *[p % 16 == 0 for p in ptrs],
@@ -114,12 +130,17 @@ class Launcher:
                 try:
                     stream = torch._C._cuda_getCurrentRawStream(first.device.index)  # the capture stream too
                     compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None,
-                                 *ptrs, *scalars, *constexprs)
+                                 *ptrs, *map(_raw, scalars), *constexprs)
                     return compiled
                 except Exception as e:  # an incompatible Triton: take the JIT path from now on
+                    tuples = any(type(v) is tuple for v in scalars)
                     warnings.warn(f"pyfuser: direct kernel launch failed ({type(e).__name__}: {e}); using Triton's "
-                                  "JIT launch path from now on")
-                    _direct_enabled = direct = False
+                                  f"JIT launch path from now on{' for ' + self.name if tuples else ''}")
+                    if tuples:  # only launches with tuple arguments are in doubt
+                        self._jit_only = True
+                    else:
+                        _direct_enabled = False
+                    direct = False
         start = time.perf_counter()
         compiled = self.fn[(g0, g1, g2)](*(jit_tensors() if jit_tensors else tensors), *scalars, *constexprs,
                                          **self.options)

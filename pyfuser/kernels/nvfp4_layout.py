@@ -605,7 +605,7 @@ def _launch_quantize(x, global_scale, packed, scales, in_offsets, out_offsets, g
     if isinstance(x, LoadPrologue):
         # x is computed by a generated function (its own index arithmetic: int64 where it needs it), compiled as
         # generated kernels are (no multiply-add contraction, no flushed subnormals: the producer's ops round as
-        # op by op; the quantize math is exact either way). Its argument tuple cannot take the direct launch path.
+        # op by op; the quantize math is exact either way). Its arguments travel as one tuple (tensors by address).
         wide = M * K >= _INT32_LIMIT or packed.numel() >= _INT32_LIMIT or scales.numel() >= _INT32_LIMIT
         launcher = _PROLOGUE_LAUNCHERS.get(num_warps)
         if launcher is None:
@@ -616,7 +616,6 @@ def _launch_quantize(x, global_scale, packed, scales, in_offsets, out_offsets, g
             (x.args, M, K, g, pk, scales.numel(), n_rows, quant_programs, k_tiles, max(z_cols, 1)),
             (global_scale is not None, layout, _log2_ceil(g), block_size, bm, bk, tiles, wide, unit_log2, zr, zc,
              x.fn),
-            direct=False,
         )
         return
     # The pair formats read x as integers of twice its element size: unit-stride rows and aligned pairs.
