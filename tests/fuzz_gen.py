@@ -378,7 +378,7 @@ class Builder:
             return self._reduction(name, *args, **kwargs)
         if name in VIEWS:
             return getattr(self, "_" + name)(*args, **kwargs)
-        if name in ("index_select", "topk"):
+        if name in ("index_select", "topk", "gather", "take_along_axis"):
             return getattr(self, "_" + name)(*args, **kwargs)
         raise KeyError(name)
 
@@ -388,6 +388,18 @@ class Builder:
         shape[dim], bc[dim] = index.shape[0], False
         out = self._new(shape, x.dtype, bc, x.mag, x.err, fma=x.fma, special=x.special, lo=x.lo, nonneg=_nonneg(x))
         return self._emit("index_select", [x, index], {"dim": dim}, [out])
+
+    def _gather(self, x: Val, index: Val, dim: int):
+        out = self._new(index.shape, x.dtype, index.bcast, x.mag, x.err, fma=x.fma, special=x.special, lo=x.lo,
+                        nonneg=_nonneg(x))
+        return self._emit("gather", [x, index], {"dim": dim}, [out])
+
+    def _take_along_axis(self, x: Val, index: Val, dim: int):
+        # Non-indexed dims broadcast between x and index; the indexed dim is the index's.
+        shape = [i if d == dim or xs == 1 else xs for d, (i, xs) in enumerate(zip(index.shape, x.shape))]
+        bc = [ib if d == dim else (ib and xb) for d, (ib, xb) in enumerate(zip(index.bcast, x.bcast))]
+        out = self._new(shape, x.dtype, bc, x.mag, x.err, fma=x.fma, special=x.special, lo=x.lo, nonneg=_nonneg(x))
+        return self._emit("take_along_axis", [x, index], {"dim": dim}, [out])
 
     def _topk(self, x: Val, k: int, dim: int, largest: bool):
         shape, bc = list(x.shape), list(x.bcast)
@@ -915,6 +927,10 @@ def _ref_op(op: Op, args: list, device):
         return torch.var_mean(args[0].to(c), kw["dims"], correction=kw["correction"], keepdim=kw["keepdim"])
     if name == "index_select":
         return torch.index_select(args[0], kw["dim"], args[1])
+    if name == "gather":
+        return torch.gather(args[0], kw["dim"], args[1].long())
+    if name == "take_along_axis":
+        return torch.take_along_dim(args[0], args[1].long(), kw["dim"])
     if name == "topk":  # values all distinct (the "distinct" inputs): eager's tie order never matters
         return tuple(torch.topk(args[0], args[1], dim=kw["dim"], largest=kw["largest"], sorted=True))
     x = args[0]
@@ -1315,6 +1331,27 @@ class Generator:
                          f"index{n}", self._input_seed)
         return v
 
+    def gen_gather(self):
+        """gather (an index no larger than x along the other dims) or take_along_axis (an index equal to x or of
+        extent 1 along them, broadcast), by an index of x's rank, read from memory or computed in the kernel."""
+        r = self.rng
+        x = self.pick(lambda v: not v.scalar and v.rank >= 1 and v.numel > 0)
+        if len(self.b.program.inputs) >= 5:
+            raise Skip("too many inputs")
+        dim = r.randrange(x.rank)
+        n = x.shape[dim]
+        op = r.choice(["gather", "take_along_axis"])
+        shape = [r.choice([1, 3, 5, n]) if d == dim else (r.randint(1, s) if op == "gather" else r.choice([s, s, 1]))
+                 for d, s in enumerate(x.shape)]
+        if math.prod(shape) > MAX_NUMEL:
+            raise Skip("gather size")
+        self._input_seed += 1
+        layout = r.choice(["contiguous", "offset", "sliced"] + (["transposed"] if len(shape) >= 2 else []))
+        index = self.b.input(tuple(shape), r.choice([I64, I32]), layout, f"index{n}", self._input_seed)
+        if r.random() < 0.4:  # computed in the kernel (stays in range)
+            index = self.b.apply("sub", n - 1, index)
+        return self.b.apply(op, x, index, dim)
+
     def gen_topk(self):
         r = self.rng
         if len(self.b.program.inputs) >= 5:
@@ -1336,7 +1373,8 @@ class Generator:
         return values
 
     FAMILIES = [("unary", 24), ("binary", 26), ("where", 6), ("cast", 8), ("clamp", 2), ("view", 14),
-                ("reduction", 14), ("softmax", 3), ("layernorm", 3), ("index_select", 3), ("topk", 1)]
+                ("reduction", 14), ("softmax", 3), ("layernorm", 3), ("index_select", 3), ("topk", 1),
+                ("gather", 3)]
 
     def generate(self) -> Program:
         r = self.rng

@@ -40,6 +40,10 @@ def corpus():
          [make((8, 64), bf), torch.randperm(16).to(make((1,)).device)]),
         ("index_select along columns in a persistent reduction", _gather_cols_sum,
          [make((5, 12)), torch.tensor([3, 3, 0, 11], dtype=torch.int32).to(make((1,)).device)]),
+        ("gather by a computed per-element index (error flag)", _gather_elementwise,
+         [make((6, 9), bf), torch.randint(0, 9, (6, 4)).to(make((1,)).device)]),
+        ("take_along_axis with a broadcast index, summed", _take_along_sum,
+         [make((5, 12)), torch.randint(0, 12, (5, 1), dtype=torch.int32).to(make((1,)).device)]),
     ]
 
 
@@ -53,6 +57,20 @@ def _gather_cols_sum(fd):
     x = fd.define_tensor([-1, -1], contiguity=[True, True])
     i = fd.define_tensor([-1], contiguity=[True], dtype=_dt("Int32"))
     fd.add_output(fd.ops.sum(fd.ops.index_select(x, i, 1), dims=[1]))
+
+
+def _gather_elementwise(fd):
+    x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("BFloat16"))
+    i = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("Int"))
+    fd.add_output(fd.ops.gather(x, fd.ops.sub(8, i), 1))
+
+
+def _take_along_sum(fd):
+    x = fd.define_tensor([-1, -1], contiguity=[True, True])
+    i = fd.define_tensor([-1, 1], contiguity=[True, None], dtype=_dt("Int32"))
+    g = fd.ops.take_along_axis(x, i, 1)
+    fd.add_output(g)
+    fd.add_output(fd.ops.sum(g, dims=[1]))
 
 
 def _router_topk(fd):
