@@ -378,7 +378,7 @@ class Builder:
             return self._reduction(name, *args, **kwargs)
         if name in VIEWS:
             return getattr(self, "_" + name)(*args, **kwargs)
-        if name in ("index_select", "topk", "gather", "take_along_axis"):
+        if name in ("index_select", "topk", "gather", "take_along_axis", "argsort"):
             return getattr(self, "_" + name)(*args, **kwargs)
         raise KeyError(name)
 
@@ -400,6 +400,10 @@ class Builder:
         bc = [ib if d == dim else (ib and xb) for d, (ib, xb) in enumerate(zip(index.bcast, x.bcast))]
         out = self._new(shape, x.dtype, bc, x.mag, x.err, fma=x.fma, special=x.special, lo=x.lo, nonneg=_nonneg(x))
         return self._emit("take_along_axis", [x, index], {"dim": dim}, [out])
+
+    def _argsort(self, x: Val, dim: int, descending: bool, stable: bool):
+        out = self._new(x.shape, I64, x.bcast, float(x.shape[dim]), 0.0, nonneg=True)
+        return self._emit("argsort", [x], {"dim": dim, "descending": descending, "stable": stable}, [out])
 
     def _topk(self, x: Val, k: int, dim: int, largest: bool):
         shape, bc = list(x.shape), list(x.bcast)
@@ -929,6 +933,8 @@ def _ref_op(op: Op, args: list, device):
         return torch.index_select(args[0], kw["dim"], args[1])
     if name == "gather":
         return torch.gather(args[0], kw["dim"], args[1].long())
+    if name == "argsort":  # stable, or over 'distinct' inputs: one order either way
+        return torch.argsort(args[0], dim=kw["dim"], descending=kw["descending"], stable=kw["stable"])
     if name == "take_along_axis":
         return torch.take_along_dim(args[0], args[1].long(), kw["dim"])
     if name == "topk":  # values all distinct (the "distinct" inputs): eager's tie order never matters
@@ -1352,6 +1358,33 @@ class Generator:
             index = self.b.apply("sub", n - 1, index)
         return self.b.apply(op, x, index, dim)
 
+    def gen_argsort(self):
+        """argsort over a small dim of a tensor of rank >= 2: stable over inputs with ties (any dtype), or
+        unstable over 'distinct' inputs (eager's order of equal keys is unspecified); half of the time the
+        values are taken along the order in the same kernel."""
+        r = self.rng
+        if len(self.b.program.inputs) >= 5:
+            raise Skip("too many inputs")
+        shape = list(self.base_shape())
+        if len(shape) < 2 or 0 in shape:
+            raise Skip("argsort shape")
+        dim = r.randrange(len(shape))
+        shape[dim] = max(shape[dim], r.randint(2, 12))
+        if math.prod(shape) > MAX_NUMEL:
+            raise Skip("argsort size")
+        self._input_seed += 1
+        stable = r.random() < 0.6
+        layout = r.choice(["contiguous", "offset", "sliced", "transposed"])
+        dtype = r.choice([F32, F64, BF16, I32, I64] + ([BOOL] if stable else []))
+        dist = r.choice(["special", "discrete"]) if stable else "distinct"
+        if dtype in (BF16,) and not stable:
+            dtype = F32  # 'distinct' quarters need not stay distinct in bf16
+        x = self.b.input(tuple(shape), dtype, layout, dist, self._input_seed)
+        order = self.b.apply("argsort", x, dim, r.random() < 0.5, stable)
+        if r.random() < 0.5:
+            return self.b.apply("take_along_axis", x, order, dim)
+        return order
+
     def gen_topk(self):
         r = self.rng
         if len(self.b.program.inputs) >= 5:
@@ -1374,7 +1407,7 @@ class Generator:
 
     FAMILIES = [("unary", 24), ("binary", 26), ("where", 6), ("cast", 8), ("clamp", 2), ("view", 14),
                 ("reduction", 14), ("softmax", 3), ("layernorm", 3), ("index_select", 3), ("topk", 1),
-                ("gather", 3)]
+                ("gather", 3), ("argsort", 2)]
 
     def generate(self) -> Program:
         r = self.rng

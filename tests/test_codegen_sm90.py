@@ -44,6 +44,8 @@ def corpus():
          [make((6, 9), bf), torch.randint(0, 9, (6, 4)).to(make((1,)).device)]),
         ("take_along_axis with a broadcast index, summed", _take_along_sum,
          [make((5, 12)), torch.randint(0, 12, (5, 1), dtype=torch.int32).to(make((1,)).device)]),
+        ("argsort of softmax weights (descending) and of int32 rows", _argsort_rows,
+         [make((6, 40), bf), make((6, 40), torch.int32)]),
     ]
 
 
@@ -71,6 +73,17 @@ def _take_along_sum(fd):
     g = fd.ops.take_along_axis(x, i, 1)
     fd.add_output(g)
     fd.add_output(fd.ops.sum(g, dims=[1]))
+
+
+def _argsort_rows(fd):
+    x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("BFloat16"))
+    y = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("Int32"))
+    e = fd.ops.exp(fd.ops.cast(x, _dt("Float")))
+    w = fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True))
+    order = fd.ops.argsort(w, dim=1, descending=True, stable=True)
+    fd.add_output(order)
+    fd.add_output(fd.ops.take_along_axis(w, order, 1))
+    fd.add_output(fd.ops.argsort(y, dim=1))
 
 
 def _router_topk(fd):

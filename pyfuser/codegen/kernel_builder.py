@@ -288,6 +288,13 @@ class KernelBuilder:
             raise ValueError(f"internal error: no scan {kind!r}")
         return self._add(KValue("scan", v.dtype, (v,), full=True, level=v.level + 1, reduction=kind))
 
+    def argsort(self, key: KValue, column: KValue, descending: bool) -> KValue:
+        """The stable argsort of ``key`` along the columns (persistent kernels only; ``column``: the column
+        coordinate): each row's indices in ascending (or descending) order of ``key``, NaN above everything, equal
+        keys (-0.0 and +0.0 included) in index order. Int32 (codegen/sort_lowerings.py)."""
+        return self._add(KValue("argsort", torch.int32, (key, column), "descending" if descending else "ascending",
+                                full=True, level=max(key.level, column.level) + 1))
+
     def error_flag(self, bad: KValue, check) -> KValue:
         """A node that sets the error flag of ``check`` (an object with ``messages(bits)``) where ``bad`` holds on a
         lane the kernel computes. Make the values that must not exist without it depend on it (as an extra
@@ -415,6 +422,8 @@ class Emitter:
             src = _expr(x) if x.full else f"tl.broadcast_to({_expr(x)}, [BLOCK_R, BLOCK_C])"
             # Lanes past the row end come after every real lane: they never reach a real prefix.
             self.w(f"{v.var} = {SCANS[v.reduction].format(x=src)}")
+        elif v.kind == "argsort":
+            self._emit_argsort(v)
         elif v.kind == "reduce":
             (x,) = v.operands
             ident = identity_literal(v.reduction, v.dtype)
@@ -425,6 +434,40 @@ class Emitter:
                 src = f"tl.where({col_mask}, tl.broadcast_to({src}, [BLOCK_R, BLOCK_C]), {ident})"
             self.w(f"{v.var} = {REDUCTIONS[v.reduction][2].format(x=src)}")
         scope.emitted.add(v.uid)
+
+    def _emit_argsort(self, v: KValue) -> None:
+        """Two loops over the row's columns, O(n) registers and O(n^2) comparisons (n <= 256): the rank of each
+        element (how many come before it: smaller keys, NaN last, then equal keys at lower indices), then the
+        inverse of that permutation. A column j's key is taken out of the tile by a row sum over the one lane
+        holding it (exact: every other lane adds 0; only a zero's sign can change, and -0.0 == +0.0 here)."""
+        if self.mode != "persistent":
+            raise ValueError("internal error: an argsort outside a persistent kernel")
+        key, col = v.operands
+        k, c, r = _expr(key), _expr(col), v.var
+        if not key.full:
+            k = f"tl.broadcast_to({k}, [BLOCK_R, BLOCK_C])"
+        is_float = key.dtype.is_floating_point
+        self.w(f"{r}_rank = tl.zeros([BLOCK_R, BLOCK_C], tl.int32)")
+        self.w(f"for {r}_j in range(0, n_cols):")
+        self.indent += 1
+        self.w(f"{r}_kj = tl.sum(tl.where({c} == {r}_j, {k}, 0), axis=1, keep_dims=True)")
+        lt, gt = (f"({r}_kj < {k})", f"({r}_kj > {k})")
+        before = lt if v.template == "ascending" else gt
+        tie = f"({r}_kj == {k})"
+        if is_float:
+            nan_j, nan_i = f"({r}_kj != {r}_kj)", f"({k} != {k})"
+            # ascending: NaN after every number; descending: before every number. Two NaNs are equal.
+            before = (f"({before} | ({nan_i} & ~{nan_j}))" if v.template == "ascending"
+                      else f"({before} | ({nan_j} & ~{nan_i}))")
+            tie = f"({tie} | ({nan_j} & {nan_i}))"
+        self.w(f"{r}_rank += ({before} | ({tie} & ({r}_j < {c}))).to(tl.int32)")
+        self.indent -= 1
+        self.w(f"{r} = tl.zeros([BLOCK_R, BLOCK_C], tl.int32)")
+        self.w(f"for {r}_i in range(0, n_cols):")
+        self.indent += 1
+        self.w(f"{r}_ri = tl.sum(tl.where({c} == {r}_i, {r}_rank, 0), axis=1, keep_dims=True)")
+        self.w(f"{r} = tl.where({c} == {r}_ri, {r}_i, {r})")
+        self.indent -= 1
 
     def _col_setup(self, col_base: str) -> None:
         self.w(f"c = {col_base} + tl.arange(0, BLOCK_C)[None, :]")

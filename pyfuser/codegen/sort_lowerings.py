@@ -39,6 +39,7 @@ from ..ops.registry import attach
 from ..segment.loop_domain import NotFusable
 from .kernel_builder import TL_DTYPE
 from .memory_views import Access, MemoryReadLowering, no_operands, static_int
+from .plan import TUNING, row_tiles
 
 MAX_EXTENT = 256  # widest selected dim: whole rows in registers, k passes over them
 MAX_K = 16  # each result costs four row reductions
@@ -137,6 +138,57 @@ def _emit_topk(node, kb, access, x, k, dim, largest=True, sorted=False):
     valid = kb.op("({0} < {1})", [c, kb.const(k, c.dtype)], torch.bool)
     out_v.valid = out_i.valid = valid
     return out_v, out_i
+
+
+# --------------------------------------------------------------------------------------------------------------
+# argsort
+#
+# ``argsort(x, dim, descending, stable)`` over a dim of at most 256 joins a persistent kernel the same way: the
+# sorted dim is a column dim, and the kernel computes each element's rank (the elements before it: smaller keys,
+# or larger for descending; NaN after every number ascending and before it descending, as torch.sort orders it;
+# equal keys, -0.0 == +0.0 and NaN == NaN, at lower indices) and then the inverse of that permutation
+# (KernelBuilder.argsort: two loops over the columns, O(n) registers). The order is always the stable one, which
+# is exactly stable=True's; stable=False leaves the order of equal keys unspecified, and the kernel gives the
+# stable order there too (ATen's CPU sort with stable=False need not: docs/codegen.md).
+
+
+def _argsort_refusal(node):
+    dtype = to_torch_dtype(node.inputs[0].dtype)
+    if dtype not in (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int32, torch.int64,
+                     torch.int16, torch.int8, torch.uint8, torch.bool):
+        return f"fd.ops.argsort on {dtype} runs on ATen"
+    if node.inputs[0].ndim <= 1:  # (a 0-D argsort is 0; ATen gives it)
+        # One row: a kernel of one program doing O(n^2) work, and its result usually indexes the rows of other
+        # tensors (the MoE layer's permutation), so it would split their kernels. ATen's sort it is.
+        return "fd.ops.argsort of a 1-D tensor runs on ATen"
+    extent = node.inputs[0].logical[node.kwargs["dim"]].extent
+    if extent is not None and extent > MAX_EXTENT:
+        return f"fd.ops.argsort over {extent} elements runs on ATen (generated kernels sort <= {MAX_EXTENT})"
+    return None
+
+
+def _emit_argsort(node, kb, access, x, dim, descending=False, stable=False):
+    if x.valid is not None:
+        raise NotFusable("fd.ops.argsort of a top-k result in the same kernel")
+    if kb.n_cols > MAX_EXTENT:  # the sorted dim is the kernel's only column dim
+        raise NotFusable(f"fd.ops.argsort over {kb.n_cols} elements (generated kernels sort <= {MAX_EXTENT})")
+    if not kb.has_columns:  # the sorted dim has one element (dropped from the loops): its index is 0
+        return kb.const(0, torch.int64)
+    if kb.n_cols > TUNING["persistent_max_cols"] or row_tiles(kb.n_cols) is not None:
+        raise NotFusable("fd.ops.argsort needs whole rows in registers (a persistent kernel), not this kernel mode")
+    dtype = x.dtype
+    # Keys compare exactly and in the same order in fp32 (16-bit floats) or int32 (narrow ints, Bool).
+    if dtype.is_floating_point:
+        key = kb.cast(x, torch.float32) if dtype.itemsize == 2 else x
+    else:
+        key = kb.cast(x, torch.int32) if dtype.itemsize < 4 else x
+    c = kb.coordinate_of(node.inputs[0], dim)
+    return kb.cast(kb.argsort(key, c, bool(descending)), torch.int64)
+
+
+_argsort = MemoryReadLowering(no_operands, _plan_topk, _emit_argsort, _argsort_refusal)
+_argsort.column_dims = _column_dims
+attach("argsort", lower=_argsort)
 
 
 _topk = MemoryReadLowering(no_operands, _plan_topk, _emit_topk, _topk_refusal)
