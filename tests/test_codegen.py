@@ -170,6 +170,36 @@ def test_product_over_a_materialized_expanded_dim():
                  atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [DataType.Float, DataType.Double])
+def test_scalars_computed_from_constants_are_kernel_literals(dtype):
+    # Thunder-style definitions compute Double scalars from constants (reciprocal(2560.0), 2.0 * 0.5): folded
+    # while planning, they are literals of the dtype their consumer computes in (exact in Double arithmetic),
+    # so the segment is a kernel. A Double scalar input still cannot be passed to Triton exactly: ATen.
+    torch_dt = torch.float32 if dtype == DataType.Float else torch.float64
+    x = make((6, 10), torch_dt)
+    x[0, :4] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0])
+
+    def fn(fd):
+        t = fd.from_pytorch(x)
+        c = fd.ops.reciprocal(fd.define_scalar(2560.0, dtype=DataType.Double))
+        d = fd.ops.mul(fd.define_scalar(3.0, dtype=DataType.Double), fd.define_scalar(0.1, dtype=DataType.Double))
+        fd.add_output(fd.ops.add(fd.ops.mul(t, c), d))
+
+    check_fusion(fn, [x], lambda x: x * (1 / 2560.0) + 3.0 * 0.1)
+    with FusionDefinition() as fd:
+        fn(fd)
+    fd.execute([x])
+    assert [r.runs_as for r in fd.last_execution()] == ["triton"], fd.last_execution()
+
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        s = fd.define_scalar(dtype=DataType.Double)
+        fd.add_output(fd.ops.mul(t, fd.ops.reciprocal(s)))
+    out = fd.execute([x, 3.0])[0]
+    assert_same(out, x * (1 / 3.0))
+    assert "Double scalar" in fd.last_execution()[0].reason
+
+
 def test_outer_reduction_and_epilogue():
     x = make((9, 6))
 

@@ -264,14 +264,17 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
             # e.g. the squeeze of an expanded dim that another output of the kernel materializes: the value is
             # taken along a dim the output does not have. ATen picks the element; the kernel has no such read.
             raise NotFusable(f"output {p.name} has no column dims but its value varies along the kernel's columns")
+    # Scans, argsorts and top-k's narrow (lane-masked) results need each row whole in one tile.
+    whole_rows = has_scan or any(v.kind in ("scan", "argsort") or v.valid is not None for v in kb.nodes)
     tiles = None
     if reduction is None:
         mode = "pointwise"
     elif n_cols <= TUNING["persistent_max_cols"]:
-        tiles = None if has_scan else row_tiles(n_cols)
+        tiles = None if whole_rows else row_tiles(n_cols)
         mode = "persistent" if tiles is None else "looped"
-    elif has_scan:
-        raise NotFusable(f"a scan over {n_cols} columns (generated scans keep the whole row in registers)")
+    elif whole_rows:
+        raise NotFusable(f"a scan, argsort or top-k over {n_cols} columns (generated kernels keep the whole row in "
+                         "registers for them)")
     else:
         mode = "looped"
     if tiles is not None:
@@ -355,6 +358,44 @@ def narrow_masks(kb: KernelBuilder, dom: LoopDomain, sizes: dict, memory: list, 
     return masks
 
 
+def folded_constant(s: Scalar) -> Any:
+    """The value of a scalar computed from constants only (``reciprocal(define_scalar(2560.0))``), evaluated now
+    by its ops' own evaluators, as the host would evaluate it before every launch; None when it depends on an input.
+    The kernel then holds it as a literal of the dtype its consumer computes in: a Double value stays exact in
+    Double arithmetic, where passing it by value would round it to fp32 (Triton types Python floats as fp32)."""
+    if s.is_constant:
+        return s.value
+    e = s.definition
+    if e is None or not all(isinstance(o, Scalar) for o in e.outputs):
+        return None
+    missing = object()
+
+    def fold(a):
+        if isinstance(a, Scalar):
+            v = folded_constant(a)
+            return missing if v is None else v
+        if isinstance(a, (TensorView, Vector)):
+            return missing
+        if isinstance(a, (list, tuple)):
+            items = [fold(x) for x in a]
+            return missing if any(x is missing for x in items) else type(a)(items)
+        return a
+
+    args = fold(tuple(e.args))
+    kwargs = {k: fold(v) for k, v in e.kwargs.items()}
+    if args is missing or any(v is missing for v in kwargs.values()):
+        return None
+    try:
+        result = e.op.run(e, args, kwargs)
+    except Exception:  # let the host step evaluate (and report) it as before
+        return None
+    if len(e.outputs) > 1:
+        result = result[e.outputs.index(s)]
+    if isinstance(result, torch.Tensor):
+        result = result.item() if result.numel() == 1 and not result.is_complex() else None
+    return result if isinstance(result, (bool, int, float)) else None
+
+
 def _lower(segment, kernel_exprs, kb: KernelBuilder, inputs, params, outputs, host_tensors, views,
            narrow: dict) -> list:
     """Lower every expr; returns the Vals passed by value (symbolic Scalars, 0-dim CPU tensors), in argument
@@ -381,6 +422,9 @@ def _lower(segment, kernel_exprs, kb: KernelBuilder, inputs, params, outputs, ho
         if isinstance(obj, Scalar):
             if obj.is_constant:
                 return obj.value
+            folded = folded_constant(obj)
+            if folded is not None:
+                return folded
             if id(obj) not in values:
                 values[id(obj)] = kb.arg(f"s{len(scalar_vals)}", _arg_dtype(obj))
                 scalar_vals.append(obj)
