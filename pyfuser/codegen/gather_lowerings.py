@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import torch
 
-from ..ops.registry import attach
+from ..ir.nodes import TensorView
+from ..ops.registry import OpKind, attach
 from ..segment.loop_domain import NotFusable
 from .memory_views import Access, MemoryReadLowering, View, complex_refusal, require_gpu_tensor, view_strides
 
@@ -91,16 +92,46 @@ def _elementwise_index_loop_map(node):
     return [((out, d), (index, d)) for d in range(out.ndim)]
 
 
+# Ops whose output has their first input's extents (an index computed by them has its operand's shape).
+_SAME_SHAPE_OPS = ("argsort", "cumsum", "cast", "neg", "abs")
+
+
+def _extents(tv, metas, depth: int = 8):
+    """``tv``'s extents for this signature: its layout if it is a segment boundary, else those of what it is
+    computed from (elementwise ops broadcast their operands' extents; argsort, cumsum keep their input's); None
+    when unknown."""
+    if id(tv) in metas:
+        return [int(n) for n in metas[id(tv)].sizes]
+    e = tv.definition
+    if e is None or depth == 0:
+        return None
+    if e.op.name in _SAME_SHAPE_OPS:
+        return _extents(e.inputs[0], metas, depth - 1)
+    if e.op.kind is not OpKind.POINTWISE or e.op.loop_map is not None or len(e.outputs) != 1:
+        return None
+    out = [1] * tv.ndim
+    for t in e.inputs:
+        if not isinstance(t, TensorView):
+            continue
+        sizes = _extents(t, metas, depth - 1)
+        if sizes is None:
+            return None
+        for j, n in enumerate(sizes):  # right-aligned, as elementwise ops broadcast
+            d = tv.ndim - len(sizes) + j
+            out[d] = n if out[d] == 1 else out[d]
+    return out
+
+
 def _output_sizes(node, metas, src_sizes) -> list:
     """The output's extents for this signature: its own layout if it leaves the kernel, else from the index's
     (gather: the index's shape; take_along_axis: index and arg broadcast, the gathered dim the index's)."""
     out, index, dim = node.outputs[0], node.inputs[1], node.kwargs["dim"]
     if id(out) in metas:
         return [int(n) for n in metas[id(out)].sizes]
-    if id(index) not in metas:
+    idx = _extents(index, metas)
+    if idx is None:
         raise NotFusable(f"fd.ops.{node.op.name}: the extents of {out.name} are unknown (its index {index.name} "
                          f"and itself are both made inside the kernel)")
-    idx = [int(n) for n in metas[id(index)].sizes]
     if node.op.name == "gather":
         return idx
     return [i if d == dim or i != 1 else a for d, (i, a) in enumerate(zip(idx, src_sizes))]
@@ -112,7 +143,7 @@ def _plan_elementwise_index(node, metas, relocated=None):
     meta = metas[id(src)]
     src_sizes = [int(n) for n in meta.sizes]
     sizes = _output_sizes(node, metas, src_sizes)
-    idx_sizes = [int(n) for n in metas[id(index)].sizes] if id(index) in metas else None
+    idx_sizes = _extents(index, metas)
     for d, (n, a) in enumerate(zip(sizes, src_sizes)):
         if d == dim:
             continue
