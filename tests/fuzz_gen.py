@@ -278,8 +278,8 @@ REDUCTIONS = {"sum", "max", "min", "prod", "var", "var_mean"}
 # Ops whose zero results may carry either sign depending on things eager does not fix: reductions combine ±0
 # (and pad with +0) in an order of their own; on CPU, ATen's relu/maximum/minimum/clamp give a zero's sign by
 # vectorized-vs-scalar loop (the kernels follow CUDA: max(+0, -0) = +0, min = -0, relu(-0) = +0).
-ZERO_SIGN_OPS = {"sum", "max", "min", "prod", "var", "var_mean", "relu", "maximum", "minimum", "clamp"}
-ZERO_SIGN_OPS_EVERYWHERE = {"sum", "max", "min", "prod", "var", "var_mean"}
+ZERO_SIGN_OPS = {"sum", "max", "min", "prod", "var", "var_mean", "relu", "maximum", "minimum", "clamp", "cumsum"}
+ZERO_SIGN_OPS_EVERYWHERE = {"sum", "max", "min", "prod", "var", "var_mean", "cumsum"}
 VIEWS = {"permute", "broadcast_in_dim", "broadcast", "expand", "squeeze", "reshape", "slice"}
 
 
@@ -378,7 +378,7 @@ class Builder:
             return self._reduction(name, *args, **kwargs)
         if name in VIEWS:
             return getattr(self, "_" + name)(*args, **kwargs)
-        if name in ("index_select", "topk", "gather", "take_along_axis", "argsort"):
+        if name in ("index_select", "topk", "gather", "take_along_axis", "argsort", "cumsum"):
             return getattr(self, "_" + name)(*args, **kwargs)
         raise KeyError(name)
 
@@ -400,6 +400,27 @@ class Builder:
         bc = [ib if d == dim else (ib and xb) for d, (ib, xb) in enumerate(zip(index.bcast, x.bcast))]
         out = self._new(shape, x.dtype, bc, x.mag, x.err, fma=x.fma, special=x.special, lo=x.lo, nonneg=_nonneg(x))
         return self._emit("take_along_axis", [x, index], {"dim": dim}, [out])
+
+    def _cumsum(self, x: Val, dim: int):
+        """Inclusive prefix sums along ``dim``: Int for integer/Bool inputs, else x's dtype computed in Float (or
+        Double). Every prefix has the error bound of a sum over the whole dim (terms' errors plus an order-
+        dependent rounding per term: eager's CPU loop, CUDA's tree and the kernel's tree all differ)."""
+        out_dt = I64 if x.dtype in INTS + (BOOL,) else x.dtype
+        c = compute_dtype(out_dt)
+        n = x.shape[dim]
+        mag = n * x.mag
+        if c in FLOATS:
+            if mag > _mag_limit(out_dt):
+                raise Skip("magnitude")
+            inexact = n > 1 or x.err > 0
+            err = n * x.err + (ULP[c] * n * mag if inexact else 0.0)
+            err += _rounding(out_dt, mag, inexact) if out_dt in REDUCED else 0.0
+        else:
+            if mag > INT_MAG_LIMIT:
+                raise Skip("magnitude")
+            err = 0.0
+        out = self._new(x.shape, out_dt, x.bcast, mag, err, special=x.special, nonneg=_nonneg(x))
+        return self._emit("cumsum", [x, dim], {}, [out], c)
 
     def _argsort(self, x: Val, dim: int, descending: bool, stable: bool):
         out = self._new(x.shape, I64, x.bcast, float(x.shape[dim]), 0.0, nonneg=True)
@@ -933,6 +954,8 @@ def _ref_op(op: Op, args: list, device):
         return torch.index_select(args[0], kw["dim"], args[1])
     if name == "gather":
         return torch.gather(args[0], kw["dim"], args[1].long())
+    if name == "cumsum":
+        return torch.cumsum(args[0].to(out_dt).to(c), args[1]).to(out_dt)
     if name == "argsort":  # stable, or over 'distinct' inputs: one order either way
         return torch.argsort(args[0], dim=kw["dim"], descending=kw["descending"], stable=kw["stable"])
     if name == "take_along_axis":
@@ -1358,6 +1381,19 @@ class Generator:
             index = self.b.apply("sub", n - 1, index)
         return self.b.apply(op, x, index, dim)
 
+    def gen_scan(self):
+        """cumsum along one dim of any value, sometimes combined with the value again (x - cumsum: exclusive
+        prefix sums)."""
+        r = self.rng
+        x = self.pick(lambda v: not v.scalar and v.rank >= 1 and v.numel > 0)
+        if x.repeats:
+            raise Skip("cumsum over a possibly expanded dim")
+        dim = r.randrange(x.rank)
+        y = self.b.apply("cumsum", x, dim)
+        if r.random() < 0.4 and x.is_float:
+            return self.b.apply("sub", y, x)
+        return y
+
     def gen_argsort(self):
         """argsort over a small dim of a tensor of rank >= 2: stable over inputs with ties (any dtype), or
         unstable over 'distinct' inputs (eager's order of equal keys is unspecified); half of the time the
@@ -1407,7 +1443,7 @@ class Generator:
 
     FAMILIES = [("unary", 24), ("binary", 26), ("where", 6), ("cast", 8), ("clamp", 2), ("view", 14),
                 ("reduction", 14), ("softmax", 3), ("layernorm", 3), ("index_select", 3), ("topk", 1),
-                ("gather", 3), ("argsort", 2)]
+                ("gather", 3), ("argsort", 2), ("scan", 3)]
 
     def generate(self) -> Program:
         r = self.rng

@@ -32,6 +32,7 @@ def corpus():
         ("cat along columns", _cat, [make((4, 3), bf), make((4, 5), bf)]),
         ("select, reshape, iota", _select_reshape_iota, [make((3, 4, 6))]),
         ("integer cumsum", _cumsum, [make((3, 40), torch.int32)]),
+        ("float cumsum (Double accumulation) of a bf16 softmax", _float_cumsum, [make((3, 40), bf)]),
         ("reshape that is not a view", _reshape_copy, [transposed((8, 12), bf)]),
         ("rotary embedding (cat of a recomputed operand)", _rope, [make((16, 16), bf), make((8, 16)), make((8, 16))]),
         ("MoE router: softmax, top-k, renormalised", _router_topk, [make((24, 8), bf)]),
@@ -84,6 +85,13 @@ def _argsort_rows(fd):
     fd.add_output(order)
     fd.add_output(fd.ops.take_along_axis(w, order, 1))
     fd.add_output(fd.ops.argsort(y, dim=1))
+
+
+def _float_cumsum(fd):
+    x = fd.ops.cast(fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("BFloat16")), _dt("Float"))
+    e = fd.ops.exp(fd.ops.sub(x, fd.ops.max(x, dims=[1], keepdim=True)))
+    fd.add_output(fd.ops.cumsum(fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True)), 1))
+    fd.add_output(fd.ops.cumsum(fd.ops.cast(x, _dt("BFloat16")), 1, init=1.0))
 
 
 def _router_topk(fd):

@@ -3,9 +3,17 @@
 Inside a kernel the reduced dims are the kernel's column dims (segment/loop_domain.py): a reduction folds the
 column tile of each row; keepdim only changes which loop dims the output has.
 
-cumsum scans the column dim of a persistent kernel (the whole row in registers) with ``tl.cumsum``. Only
-integer and Bool inputs are lowered: their sums are exact in any order, while a float scan's rounding depends on
-its order (eager's sequential or CUDA-parallel scan versus Triton's tree), so float cumsum runs on ATen.
+cumsum scans the column dim of a persistent kernel (the whole row in registers) with ``tl.cumsum``. Integer and
+Bool sums are exact in any order. A float scan's rounding depends on its order, and eager's differs by device:
+ATen's CPU cumsum adds sequentially in its accumulation type (Double for Float, Float for Half/BFloat16; verified
+on torch 2.13: [1, 1e-8 x 1000] in Float ends at 1.00001, which a Float accumulator would leave at 1.0), its CUDA
+cumsum is a parallel tree in Float. The kernel scans (Triton's tree) in Double for Float, as ATen's CPU does:
+each prefix is then within one rounding of eager's CPU result (both round a Double prefix whose error is about
+n * 2^-53 of the row's absolute sum) and more accurate than CUDA's Float tree (error up to about log2(n) * 2^-24
+of the absolute sum). Half/BFloat16 compute in Float (nvFuser's rule, and the ATen evaluator's), so they are
+Double-accumulated too and rounded once to the output; Double scans in Double (error <= (k-1) * 2^-53 of the
+first k terms' absolute sum, against eager's sequential order). The scan starts from +0.0 as ATen's CPU loop
+does, so a row of -0.0 sums to +0.0.
 """
 
 from __future__ import annotations
@@ -74,17 +82,25 @@ attach("welford", lower=_lower_welford)
 
 def _cumsum_refusal(node):
     compute = node.info.get("compute")
-    if compute is None or compute.is_floating_point or compute.is_complex:
-        return "fd.ops.cumsum of floating values runs on ATen (a scan's rounding depends on its order)"
+    if compute is None or compute.is_complex:
+        return "fd.ops.cumsum of complex values runs on ATen"
     return None
 
 
+# The scan's accumulation type per compute dtype: ATen's CPU accumulation type (see the module docstring).
+_SCAN_ACCUMULATE = {torch.float32: torch.float64}
+
+
 def _lower_cumsum(node, kb, arg, dim, init=None):
-    x = kb.cast(arg, node.info["compute"])
+    compute = node.info["compute"]
+    x = kb.cast(kb.cast(arg, compute), _SCAN_ACCUMULATE.get(compute, compute))
     # Rows of one element (a size-1 scanned dim: its loop dim was dropped) are their own prefix sums.
     r = kb.scan("cumsum", x) if kb.has_columns else x
+    if x.dtype.is_floating_point:
+        r = kb.op("{0} + {1}", [r, kb.const(0.0, x.dtype)], x.dtype)  # from +0.0, as ATen's CPU loop: -0.0 -> +0.0
+    r = kb.cast(r, compute)
     if init is not None:
-        r = kb.op("{0} + {1}", [r, _operand(kb, init, x.dtype)], x.dtype)
+        r = kb.op("{0} + {1}", [r, _operand(kb, init, compute)], compute)
     return kb.cast(r, out_dtype(node))
 
 

@@ -1,0 +1,103 @@
+"""Float cumsum in generated kernels (codegen/reduction_lowerings.py): a Double-accumulated tree scan, so every
+prefix is within one rounding of eager's CPU cumsum (a sequential Double sum for Float, verified on torch 2.13),
+bit for bit where no rounding boundary lies between the two Double prefixes; NaN/±inf propagate as in eager and
+a row of -0.0 sums to +0.0 as ATen's CPU loop does. Half/BFloat16 compute in Float and round once."""
+
+import pytest
+import torch
+
+from harness import DEVICE, define, make, transposed
+from test_codegen_views import bits_equal, specials
+
+
+def _cumsum_fusion(x, dim, init=None):
+    def fn(fd):
+        kw = {} if init is None else {"init": init}
+        fd.add_output(fd.ops.cumsum(fd.from_pytorch(x), dim, **kw))
+
+    fd = define(fn)
+    (out,) = fd.execute([x])
+    assert [r.runs_as for r in fd.last_execution()] == ["triton"], fd.last_execution()
+    return out
+
+
+def _within_one_rounding(out, ref):
+    """|out - ref| <= one ulp of ref (in ref's dtype), NaN where ref has NaN, infinities equal."""
+    assert out.dtype == ref.dtype and out.shape == ref.shape
+    assert torch.equal(out.isnan(), ref.isnan())
+    finite = ref.isfinite()
+    assert torch.equal(out[~finite & ~ref.isnan()], ref[~finite & ~ref.isnan()])
+    o, r = out[finite].double(), ref[finite].double()
+    ulp = torch.nextafter(ref[finite].abs(), torch.tensor(float("inf"), dtype=ref.dtype)).double() - r.abs()
+    assert torch.all((o - r).abs() <= ulp), ((o - r).abs() / ulp).max()
+
+
+@pytest.mark.parametrize("n", [5, 37, 256, 1000])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "offset"])
+def test_float_cumsum_within_one_rounding_of_eager(n, layout):
+    if layout == "transposed":
+        x = transposed((4, n))
+    elif layout == "offset":
+        x = make((5, n))[1:]
+    else:
+        x = make((4, n))
+    out = _cumsum_fusion(x, 1)
+    ref = torch.cumsum(x.cpu(), 1).to(DEVICE)
+    _within_one_rounding(out, ref)
+    if DEVICE.type == "cpu":  # one rounding of two Double prefixes: nearly always the same Float
+        assert (out == ref).float().mean() > 0.99
+
+
+def test_float_scan_accumulates_in_double():
+    # A Float accumulator would stay at 1.0; ATen's CPU cumsum (Double) ends at 1.00001.
+    x = torch.tensor([[1.0] + [1e-8] * 1000], device=DEVICE)
+    out = _cumsum_fusion(x, 1)
+    assert out[0, -1].item() == pytest.approx(1.00001, rel=1e-7)
+    if DEVICE.type == "cpu":
+        bits_equal(out, torch.cumsum(x, 1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_special_values_and_zero_signs(dtype):
+    x = specials((6, 9), dtype).to(DEVICE)
+    x[0] = -0.0  # a row of negative zeros sums to +0.0, as ATen's CPU loop (from +0.0)
+    x[1, 3] = float("inf")
+    x[1, 5] = float("-inf")  # inf + -inf: NaN from there on
+    out = _cumsum_fusion(x, 1)
+    ref = torch.cumsum(x.cpu(), 1).to(DEVICE)
+    bits_equal(out[0], ref[0])
+    _within_one_rounding(out, ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_reduced_precision_computes_in_float(dtype):
+    # nvFuser (and the ATen evaluator) compute a Half/BFloat16 cumsum in Float and round once; eager's own
+    # reduced-precision cumsum rounds the same Float-or-better prefix: one rounding apart at most.
+    x = make((3, 100), dtype)
+    out = _cumsum_fusion(x, 1)
+    bits_equal(out, torch.cumsum(x.float().cpu().double(), 1).to(dtype).to(DEVICE))
+    _within_one_rounding(out, torch.cumsum(x.cpu(), 1).to(DEVICE))
+
+
+def test_init_and_dim_0():
+    x = transposed((7, 5))
+    out = _cumsum_fusion(x, 0, init=1.5)
+    _within_one_rounding(out, (torch.cumsum(x.cpu(), 0) + 1.5).to(DEVICE))
+
+
+def test_cumulative_softmax_one_kernel():
+    # top-p sampling's cumulative probabilities: softmax and its cumsum in one persistent kernel
+    x = make((8, 50))
+
+    def fn(fd):
+        t = fd.from_pytorch(x)
+        e = fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, dims=[1], keepdim=True)))
+        p = fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True))
+        fd.add_output(p)
+        fd.add_output(fd.ops.cumsum(p, 1))
+
+    fd = define(fn)
+    p, out = fd.execute([x])
+    torch.testing.assert_close(p, torch.softmax(x, 1))  # (exp and division: a few ulps from eager's softmax)
+    _within_one_rounding(out, torch.cumsum(p.cpu(), 1).to(DEVICE))
+    assert len(fd.segments()) == 1 and fd.last_execution()[0].runs_as == "triton"
