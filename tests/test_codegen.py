@@ -200,6 +200,25 @@ def test_scalars_computed_from_constants_are_kernel_literals(dtype):
     assert "Double scalar" in fd.last_execution()[0].reason
 
 
+def test_a_grid_over_cudas_limit_runs_on_aten(monkeypatch):
+    # A plan whose rows include a dim no output walks can ask for more programs than a grid may have (nvFuser's
+    # ws_tma_normalization5 did once: 1.1e11): that segment runs on ATen, it does not fail in Triton's launcher.
+    from pyfuser.codegen import plan
+
+    x = make((64, 4000))  # one row per program: a grid of 64
+    monkeypatch.setattr(plan, "INT32_MAX", 16)  # the limit, scaled down to this test
+
+    def fn(fd):
+        fd.add_output(fd.ops.sum(fd.ops.exp(fd.from_pytorch(x)), dims=[1]))
+
+    check_fusion(fn, [x], lambda x: torch.exp(x).sum(1), atol=1e-5, rtol=1e-5)
+    with FusionDefinition() as fd:
+        fn(fd)
+    fd.execute([x])
+    (run,) = fd.last_execution()
+    assert run.runs_as == "aten" and "a kernel grid allows" in run.reason, run
+
+
 def test_outer_reduction_and_epilogue():
     x = make((9, 6))
 

@@ -289,6 +289,8 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
     source = source_body.replace("def KERNEL(", f"def {name}(")
     n_blocks_r = -(-n_rows // block_r)
     grid = (n_blocks_r * -(-n_cols // block_c),) if mode == "pointwise" else (n_blocks_r,)
+    if grid[0] > INT32_MAX:  # CUDA's limit for a grid's x dimension (Triton would fail with an OverflowError)
+        raise NotFusable(f"{grid[0]} programs exceed the {INT32_MAX} a kernel grid allows")
     fixed = fixed_sizes + stride_args + [v for _, v in kb.fixed_ints] + [n_rows, n_cols // n_cols_factor]
     arg_types = {f"{p.name}_ptr": "*" + _SIG_DTYPE[p.dtype] for p in params}
     if kb.checks:
