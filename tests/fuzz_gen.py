@@ -378,7 +378,7 @@ class Builder:
             return self._reduction(name, *args, **kwargs)
         if name in VIEWS:
             return getattr(self, "_" + name)(*args, **kwargs)
-        if name in ("index_select", "topk", "gather", "take_along_axis", "argsort", "cumsum"):
+        if name in ("index_select", "topk", "gather", "take_along_axis", "argsort", "cumsum", "cummax", "cummin"):
             return getattr(self, "_" + name)(*args, **kwargs)
         raise KeyError(name)
 
@@ -421,6 +421,17 @@ class Builder:
             err = 0.0
         out = self._new(x.shape, out_dt, x.bcast, mag, err, special=x.special, nonneg=_nonneg(x))
         return self._emit("cumsum", [x, dim], {}, [out], c)
+
+    def _cummax(self, x: Val, dim: int):
+        return self._running_extreme("cummax", x, dim)
+
+    def _cummin(self, x: Val, dim: int):
+        return self._running_extreme("cummin", x, dim)
+
+    def _running_extreme(self, name, x: Val, dim: int):
+        """cummax/cummin: x's dtype, exact (every prefix is one of x's values)."""
+        out = self._new(x.shape, x.dtype, x.bcast, x.mag, x.err, special=x.special, lo=x.lo, nonneg=_nonneg(x))
+        return self._emit(name, [x, dim], {}, [out], compute_dtype(x.dtype))
 
     def _argsort(self, x: Val, dim: int, descending: bool, stable: bool):
         out = self._new(x.shape, I64, x.bcast, float(x.shape[dim]), 0.0, nonneg=True)
@@ -956,6 +967,8 @@ def _ref_op(op: Op, args: list, device):
         return torch.gather(args[0], kw["dim"], args[1].long())
     if name == "cumsum":
         return torch.cumsum(args[0].to(out_dt).to(c), args[1]).to(out_dt)
+    if name in ("cummax", "cummin"):
+        return getattr(torch, name)(args[0], args[1]).values
     if name == "argsort":  # stable, or over 'distinct' inputs: one order either way
         return torch.argsort(args[0], dim=kw["dim"], descending=kw["descending"], stable=kw["stable"])
     if name == "take_along_axis":
@@ -1382,14 +1395,15 @@ class Generator:
         return self.b.apply(op, x, index, dim)
 
     def gen_scan(self):
-        """cumsum along one dim of any value, sometimes combined with the value again (x - cumsum: exclusive
+        """cumsum (or cummax/cummin) along one dim of any value, sometimes combined with the value again (x - cumsum: exclusive
         prefix sums)."""
         r = self.rng
         x = self.pick(lambda v: not v.scalar and v.rank >= 1 and v.numel > 0)
         if x.repeats:
             raise Skip("cumsum over a possibly expanded dim")
         dim = r.randrange(x.rank)
-        y = self.b.apply("cumsum", x, dim)
+        name = r.choice(["cumsum", "cumsum", "cummax", "cummin"]) if x.dtype != BOOL else "cumsum"
+        y = self.b.apply(name, x, dim)
         if r.random() < 0.4 and x.is_float:
             return self.b.apply("sub", y, x)
         return y

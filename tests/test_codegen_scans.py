@@ -101,3 +101,76 @@ def test_cumulative_softmax_one_kernel():
     torch.testing.assert_close(p, torch.softmax(x, 1))  # (exp and division: a few ulps from eager's softmax)
     _within_one_rounding(out, torch.cumsum(p.cpu(), 1).to(DEVICE))
     assert len(fd.segments()) == 1 and fd.last_execution()[0].runs_as == "triton"
+
+
+# --- cummax, cummin, cumprod ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["cummax", "cummin"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int32, torch.int64])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_cummax_cummin_bitwise(op, dtype, layout):
+    # Exact in any order; ATen's update rule (a later NaN or a later equal value wins) decides zero signs and
+    # NaN payloads, and the kernel's combine follows it.
+    x = specials((6, 33), dtype).to(DEVICE) if dtype.is_floating_point else make((6, 33), dtype)
+    if dtype.is_floating_point:
+        x[0, :4] = torch.tensor([0.0, -0.0, 0.0, -0.0], dtype=dtype)
+        x[1, :3] = torch.tensor([-0.0, 0.0, -0.0], dtype=dtype)
+    if layout == "transposed":
+        x = x.t().contiguous().t()
+    out = _cumsum_fusion_of(op, x, 1)
+    # (Half/BFloat16 compute in Float: a NaN's payload comes back as the interpreter's 0xFFFF, not the input's)
+    bits_equal(out, getattr(torch, op)(x, 1).values, nan_bits=dtype.itemsize > 2)
+
+
+def test_cummax_of_a_column_in_a_kernel_with_its_neighbours():
+    x = transposed((9, 4))
+
+    def fn(fd):
+        t = fd.from_pytorch(x)
+        fd.add_output(fd.ops.sub(t, fd.ops.cummax(t, 0)))  # drawdown from the running maximum
+
+    fd = define(fn)
+    (out,) = fd.execute([x])
+    bits_equal(out, x - torch.cummax(x, 0).values)
+    assert len(fd.segments()) == 1 and fd.last_execution()[0].runs_as == "triton"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64])
+def test_cumprod(dtype):
+    x = make((4, 30), dtype, low=-2, high=2) if not dtype.is_floating_point else (
+        0.5 + torch.rand((4, 30), generator=torch.Generator().manual_seed(0)) * 1.0).to(dtype).to(DEVICE)
+    if dtype.is_floating_point:
+        x[0, 3] = -0.0
+        x[1, 5] = float("nan")
+        x[2, 7] = float("inf")
+    out = _cumsum_fusion_of("cumprod", x, 1)
+    ref = torch.cumprod(x.cpu(), 1).to(DEVICE)
+    if dtype.is_floating_point:
+        _within_one_rounding(out, ref)
+        if DEVICE.type == "cpu":  # a zero times anything finite: the sign is the product's own
+            bits_equal(out[0, 3:], ref[0, 3:])
+    else:
+        bits_equal(out, ref)
+
+
+def test_cummax_with_init_runs_on_aten():
+    x = make((3, 8))
+
+    def fn(fd):
+        fd.add_output(fd.ops.cummax(fd.from_pytorch(x), 1, init=0.5))
+
+    fd = define(fn)
+    (out,) = fd.execute([x])
+    bits_equal(out, torch.maximum(torch.cummax(x, 1).values, torch.tensor(0.5)))
+    assert [s.kind.value for s in fd.segments()] == ["ExprEval"]
+
+
+def _cumsum_fusion_of(op, x, dim):
+    def fn(fd):
+        fd.add_output(getattr(fd.ops, op)(fd.from_pytorch(x), dim))
+
+    fd = define(fn)
+    (out,) = fd.execute([x])
+    assert [r.runs_as for r in fd.last_execution()] == ["triton"], fd.last_execution()
+    return out

@@ -33,6 +33,7 @@ def corpus():
         ("select, reshape, iota", _select_reshape_iota, [make((3, 4, 6))]),
         ("integer cumsum", _cumsum, [make((3, 40), torch.int32)]),
         ("float cumsum (Double accumulation) of a bf16 softmax", _float_cumsum, [make((3, 40), bf)]),
+        ("cummax, cummin (associative scans) and cumprod", _other_scans, [make((3, 40), bf), make((3, 40), torch.int32)]),
         ("reshape that is not a view", _reshape_copy, [transposed((8, 12), bf)]),
         ("rotary embedding (cat of a recomputed operand)", _rope, [make((16, 16), bf), make((8, 16)), make((8, 16))]),
         ("MoE router: softmax, top-k, renormalised", _router_topk, [make((24, 8), bf)]),
@@ -92,6 +93,14 @@ def _float_cumsum(fd):
     e = fd.ops.exp(fd.ops.sub(x, fd.ops.max(x, dims=[1], keepdim=True)))
     fd.add_output(fd.ops.cumsum(fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True)), 1))
     fd.add_output(fd.ops.cumsum(fd.ops.cast(x, _dt("BFloat16")), 1, init=1.0))
+
+
+def _other_scans(fd):
+    x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("BFloat16"))
+    y = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("Int32"))
+    fd.add_output(fd.ops.sub(x, fd.ops.cummax(x, 1)))
+    fd.add_output(fd.ops.cummin(y, 1))
+    fd.add_output(fd.ops.cumprod(fd.ops.cast(x, _dt("Float")), 1))
 
 
 def _router_topk(fd):

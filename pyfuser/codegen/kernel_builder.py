@@ -47,7 +47,12 @@ REDUCTIONS = {
 }
 
 # Inclusive scans along the columns, by kind.
-SCANS = {"cumsum": "tl.cumsum({x}, axis=1)"}
+SCANS = {
+    "cumsum": "tl.cumsum({x}, axis=1)",
+    "cumprod": "tl.cumprod({x}, axis=1)",
+    "cummax": "tl.associative_scan({x}, 1, _cummax_combine)",
+    "cummin": "tl.associative_scan({x}, 1, _cummin_combine)",
+}
 
 PRELUDE = '''
 @triton.jit
@@ -65,6 +70,19 @@ def _max_nan(a, b):
 @triton.jit
 def _min_nan(a, b):
     return tl.where(a != a, a, tl.where(b != b, b, tl.minimum(a, b)))
+
+
+@triton.jit
+def _cummax_combine(a, b):
+    # ATen's cummax: a later element replaces the running value if it is NaN, or if neither is NaN and it is >=
+    # (so a later NaN, or a later equal value such as -0.0 after 0.0, wins). Associative: the last element of
+    # the greatest key, NaN above everything.
+    return tl.where((b != b) | ((a == a) & (b >= a)), b, a)
+
+
+@triton.jit
+def _cummin_combine(a, b):
+    return tl.where((b != b) | ((a == a) & (b <= a)), b, a)
 
 
 @triton.jit

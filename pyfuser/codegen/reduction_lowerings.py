@@ -106,3 +106,32 @@ def _lower_cumsum(node, kb, arg, dim, init=None):
 
 _lower_cumsum.refusal = _cumsum_refusal
 attach("cumsum", lower=_lower_cumsum)
+
+
+# cumprod: as cumsum (ATen's CPU loop multiplies sequentially in Double for Float, from 1, so a zero's sign is
+# the product's own). cummax/cummin: exact in any order (kernel_builder's _cummax_combine follows ATen's update
+# rule: a later NaN or a later equal value wins, so -0.0 after 0.0 and a later NaN's bits are kept); an ``init``
+# (folded in with maximum/minimum) runs on ATen.
+def _scan_refusal(node):
+    compute = node.info.get("compute")
+    if compute is None or compute.is_complex:
+        return f"fd.ops.{node.op.name} of complex values runs on ATen"
+    if node.op.name in ("cummax", "cummin") and node.kwargs.get("init") is not None:
+        return f"fd.ops.{node.op.name} with init runs on ATen"
+    return None
+
+
+def _lower_scan(node, kb, arg, dim, init=None):
+    compute = node.info["compute"]
+    accumulate = _SCAN_ACCUMULATE.get(compute, compute) if node.op.name == "cumprod" else compute
+    x = kb.cast(kb.cast(arg, compute), accumulate)
+    r = kb.scan(node.op.name, x) if kb.has_columns else x
+    r = kb.cast(r, compute)
+    if init is not None:  # (cumprod only)
+        r = kb.op("{0} * {1}", [r, _operand(kb, init, compute)], compute)
+    return kb.cast(r, out_dtype(node))
+
+
+_lower_scan.refusal = _scan_refusal
+for _name in ("cumprod", "cummax", "cummin"):
+    attach(_name, lower=_lower_scan)
