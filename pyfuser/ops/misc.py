@@ -1,4 +1,5 @@
-"""Misc ops: triu (pointwise), topk and argsort (ATen-only: they run in ExprEval segments).
+"""Misc ops: triu (pointwise), topk and argsort (semantics here; their Triton lowerings over a small dim, with
+the cases that stay on ATen, are attached from pyfuser/codegen/sort_lowerings.py).
 
 All keep the input's dtype except the indices of topk and argsort, which are Int (torch.int64).
 """
