@@ -55,6 +55,18 @@ def _is_scalar_expr(e) -> bool:
     return all(isinstance(o, (Scalar, Vector)) for o in e.outputs)
 
 
+def _guards_and_scalars(plan, metas: dict, slots, runtime, expr_eval_outputs: set):
+    """A generated kernel's (or load prologue's) layout guards: (slot, strides) of the inputs an ExprEval segment
+    makes, whose layout the plan assumed, checked per call when layout inference is off; and the binder of its
+    by-value arguments (0-dim CPU tensors and Bools converted to what Triton takes)."""
+    guards = []
+    if not runtime.options.infer_contiguity:
+        guards = [(slots.get(tv), tuple(metas[id(tv)].strides)) for tv in plan.inputs if id(tv) in expr_eval_outputs]
+    scalars = plan.scalar_vals
+    convert = any(isinstance(s, TensorView) or s.dtype is DataType.Bool for s in scalars if isinstance(s, Val))
+    return guards, scalar_args(compile_binder(tuple(scalars), slots.get), convert)
+
+
 class ExecutionPlan:
     """Steps over slots, plus how to bind inputs and collect outputs. ``segment_steps[i]`` lists the steps
     segment ``i`` runs (for introspection); ``steps`` is the flat order."""
@@ -162,14 +174,8 @@ class ExecutionPlan:
         # The producer's ATen steps, run instead when a layout guard fails (they write the value's slot).
         fallback = self._call_steps(seg, pseg.exprs, slots, False, "input strides differ from the assumed layout")
         (call,) = self._call_steps(seg, [op], slots, True, op.op.name)
-        guards = []
-        if not runtime.options.infer_contiguity:
-            guards = [(slots.get(tv), tuple(metas[id(tv)].strides)) for tv in plan.inputs
-                      if id(tv) in expr_eval_outputs]
-        scalars = plan.scalar_vals
-        convert = any(isinstance(s, TensorView) or s.dtype is DataType.Bool for s in scalars if isinstance(s, Val))
-        step = PrologueStep(plan, None, [slots.get(tv) for tv in plan.inputs],
-                            scalar_args(compile_binder(tuple(scalars), slots.get), convert), value_slot, call,
+        guards, bind_scalars = _guards_and_scalars(plan, metas, slots, runtime, expr_eval_outputs)
+        step = PrologueStep(plan, None, [slots.get(tv) for tv in plan.inputs], bind_scalars, value_slot, call,
                             runtime.device, seg.index, self.resolve_bits, guards, fallback)
         step.fn = load_kernel(plan.source, plan.name, owner=step)  # released with the step
         return steps + [step]
@@ -188,20 +194,14 @@ class ExecutionPlan:
         # The ATen steps that run instead when a layout guard fails (they write the kernel's output slots too).
         fallback = self._call_steps(seg, [e for e in seg.exprs if e not in scalar_exprs], slots, False,
                                     "input strides differ from the assumed layout")
-        guards = []
-        if not runtime.options.infer_contiguity:
-            guards = [(slots.get(tv), tuple(metas[id(tv)].strides)) for tv in plan.inputs
-                      if id(tv) in expr_eval_outputs]
-        scalars = plan.scalar_vals
-        convert = any(isinstance(s, TensorView) or s.dtype is DataType.Bool for s in scalars if isinstance(s, Val))
+        guards, bind_scalars = _guards_and_scalars(plan, metas, slots, runtime, expr_eval_outputs)
         launcher = Launcher(None, plan.num_warps, name=plan.name, compile_options=COMPILE_OPTIONS)
         launcher.fn = load_kernel(plan.source, plan.name, owner=launcher)  # released with the launcher
         out_metas = [(tuple(metas[id(tv)].sizes), tuple(metas[id(tv)].strides), metas[id(tv)].dtype)
                      for tv in plan.outputs]
         launcher.bind(plan.grid, (*plan.fixed_args, plan.block_r, plan.block_c), runtime.device)
         step = KernelStep(plan, launcher, [slots.get(tv) for tv in plan.inputs], [slots.assign(tv) for tv in plan.outputs],
-                          out_metas, scalar_args(compile_binder(tuple(scalars), slots.get), convert),
-                          runtime.device, guards, fallback, seg.index, self.resolve_bits)
+                          out_metas, bind_scalars, runtime.device, guards, fallback, seg.index, self.resolve_bits)
         return steps + [step]
 
     # --- running ----------------------------------------------------------------------------------------------

@@ -152,6 +152,14 @@ def _scalar_arg(x):
     return int(x) if isinstance(x, bool) else x
 
 
+def guards_hold(guards, v: list) -> bool:
+    """Whether every input whose layout a generated kernel assumes (layout inference off) has it."""
+    for slot, strides in guards:
+        if v[slot].stride() != strides:
+            return False
+    return True
+
+
 class KernelStep:
     """A generated Triton kernel: allocate the outputs with their inferred (eager) strides, launch.
 
@@ -174,13 +182,12 @@ class KernelStep:
         self.resolve_bits = resolve_bits  # the signature has negative/conjugate-bit inputs (plan.py)
 
     def run(self, v: list) -> None:
-        for slot, strides in self.guards:
-            if v[slot].stride() != strides:
-                # The kernel was generated for a layout these tensors do not have: take the safe path.
-                self.last_path = "aten (layout guard)"
-                for step in self.fallback:
-                    step.run(v)
-                return
+        if self.guards and not guards_hold(self.guards, v):
+            # The kernel was generated for a layout these tensors do not have: take the safe path.
+            self.last_path = "aten (layout guard)"
+            for step in self.fallback:
+                step.run(v)
+            return
         self.last_path = "kernel"
         device = self.device
         outs = [torch.empty_strided(sizes, strides, dtype=dtype, device=device) for sizes, strides, dtype in
@@ -239,13 +246,12 @@ class PrologueStep:
     def run(self, v: list) -> None:
         from ..codegen.prologue import LoadPrologue
 
-        for slot, strides in self.guards:
-            if v[slot].stride() != strides:
-                self.last_path = "aten (layout guard)"
-                for step in self.fallback:
-                    step.run(v)
-                self.call.run(v)
-                return
+        if self.guards and not guards_hold(self.guards, v):
+            self.last_path = "aten (layout guard)"
+            for step in self.fallback:
+                step.run(v)
+            self.call.run(v)
+            return
         self.last_path = "kernel"
         plan = self.plan
         ins = [v[s] for s in self.in_slots]
