@@ -9,16 +9,10 @@ import torch
 from harness import DEVICE, define, make, transposed
 from pyfuser.errors import FusionExecutionError
 
+from test_codegen_gather import _source
 from test_codegen_views import bits_equal, specials
 
 
-def _source(layout, shape, dtype):
-    if layout == "transposed":
-        return transposed(shape, dtype)
-    if layout == "offset":
-        return make((shape[0] + 1, *shape[1:]), dtype)[1:]
-    x = specials(shape, dtype) if dtype.is_floating_point else make(shape, dtype)
-    return x.to(DEVICE)
 
 
 def _index(shape, n, dtype, layout, seed=0):

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from harness import DEVICE, make, sliced, transposed
+from nvfp4_inputs import start_offsets
 
 from pyfuser.kernels import nvfp4_layout as lk
 from pyfuser.nvfp4 import reference as ref
@@ -29,16 +30,8 @@ _INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def offsets(tokens):
-    """(input_offsets, output_offsets) for group sizes ``tokens``: exclusive prefix sums of the sizes and of
-    the sizes rounded up to 128."""
-    starts, padded, a, b = [], [], 0, 0
-    for t in tokens:
-        starts.append(a)
-        padded.append(b)
-        a += t
-        b += (t + 127) // 128 * 128
-    as_t = lambda v: torch.tensor(v, dtype=torch.int32, device=DEVICE)  # noqa: E731
-    return as_t(starts), as_t(padded)
+    """(input_offsets, output_offsets): exclusive prefix sums of the group sizes and of the sizes padded to 128."""
+    return start_offsets(tokens, DEVICE)
 
 
 def buffer_bits(out, g):

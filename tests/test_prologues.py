@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 from harness import DEVICE
+from nvfp4_inputs import start_offsets
 
 from pyfuser import DataType, FusionDefinition
 from pyfuser.codegen.kernel_builder import COMPILE_OPTIONS
@@ -28,14 +29,7 @@ import sm90
 
 def offsets(tokens):
     """(input_offsets, output_offsets): exclusive prefix sums of the group sizes and of the sizes padded to 128."""
-    starts, padded, a, b = [], [], 0, 0
-    for t in tokens:
-        starts.append(a)
-        padded.append(b)
-        a += t
-        b += (t + 127) // 128 * 128
-    return (torch.tensor(starts, dtype=torch.int32, device=DEVICE),
-            torch.tensor(padded, dtype=torch.int32, device=DEVICE))
+    return start_offsets(tokens, DEVICE)
 
 
 def quantized_bytes(outs):
