@@ -219,6 +219,28 @@ def test_a_grid_over_cudas_limit_runs_on_aten(monkeypatch):
     assert run.runs_as == "aten" and "a kernel grid allows" in run.reason, run
 
 
+def test_a_broadcast_row_dim_is_walked_as_the_reduced_dim():
+    # A row reduction broadcast back to a shape read from another tensor left its broadcast dim a row dim of its
+    # own when nothing in the segment linked the two: one kernel row per element of the broadcast output, each
+    # re-reducing the row (seen in an RMSNorm-backward segment: 393,248 rows of 24,578). With equal extents and
+    # no tensor on both, the row dim is walked as the reduced (column) dim; a tensor on both keeps them apart.
+    from pyfuser.codegen.plan import _alias_row_dim_to_reduced
+    from pyfuser.segment.loop_domain import LoopDomain
+
+    def domain(dims_of):
+        return LoopDomain(dims=[0, 1, 2], n_row=2, reduced=frozenset({2}), dims_of=dims_of)
+
+    dom, sizes = domain({1: [0, 2], 2: [0, 1], 3: [0, 1]}), {0: 16, 1: 24, 2: 24}
+    _alias_row_dim_to_reduced(dom, sizes)
+    assert dom.dims == [0, 2] and dom.n_row == 1 and dom.dims_of == {1: [0, 2], 2: [0, 2], 3: [0, 2]}
+    assert sizes == {0: 16, 2: 24}
+    for dims_of, sizes in (({1: [0, 2], 2: [0, 1], 3: [1, 2]}, {0: 16, 1: 24, 2: 24}),  # a tensor on both
+                           ({1: [0, 2], 2: [0, 1]}, {0: 16, 1: 25, 2: 24})):  # different extents
+        dom = domain(dims_of)
+        _alias_row_dim_to_reduced(dom, sizes)
+        assert dom.dims == [0, 1, 2] and dom.n_row == 2
+
+
 def test_outer_reduction_and_epilogue():
     x = make((9, 6))
 

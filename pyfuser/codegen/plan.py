@@ -109,6 +109,30 @@ def _loop_sizes(dom: LoopDomain, tensors: list) -> dict:
     return sizes
 
 
+def _alias_row_dim_to_reduced(dom: LoopDomain, sizes: dict) -> None:
+    """Walk a row dim as the reduced dim when both have the same extent and no tensor of the kernel has both.
+
+    A row reduction whose result is broadcast back to a shape read from another tensor (``broadcast_in_dim(sum,
+    shape=fd.ops.shape(t))``, RMSNorm's backward) puts the broadcast dim and the reduced dim in separate loop
+    dims when nothing in the segment links them: the kernel then had a row per element of the broadcast output
+    and each row re-reduced the whole reduced dim (nvFuser's test_shared_memory_usage: 393,248 rows of 24,578).
+    Values along either dim only meet through per-row values, so one column coordinate can serve both. Plans are
+    per exact input shape, so the equal extents hold for every call of the plan."""
+    reduced = [ld for ld in dom.col_dims if sizes.get(ld, 1) != 1]
+    if len(reduced) != 1:
+        return
+    (red,) = reduced
+    for ld in dom.row_dims:
+        if sizes.get(ld) != sizes[red] or any(ld in dims and red in dims for dims in dom.dims_of.values()):
+            continue
+        for tid, dims in dom.dims_of.items():
+            dom.dims_of[tid] = [red if d == ld else d for d in dims]
+        dom.dims.remove(ld)
+        dom.n_row -= 1
+        del sizes[ld]
+        return
+
+
 def _merge(group: list, sizes: dict, walks: list[dict], pinned=frozenset()) -> list[list]:
     """Split ``group`` (outer to inner) into runs of loop dims every tensor can walk as one flat dim. ``pinned``
     loop dims stay runs of their own."""
@@ -194,6 +218,8 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
         if id(tv) not in dom.dims_of:
             dom.dims_of[id(tv)] = []
     sizes = _loop_sizes(dom, memory)
+    if reduction is not None and not accesses and not has_scan and prologue_of is None:
+        _alias_row_dim_to_reduced(dom, sizes)
     walks = [_dims_strides(tv, meta, dom) for tv, meta in memory]
     # Dims whose coordinate a lowering reads get a run of their own (their coordinate is then one variable).
     pinned = {dom.dims_of[id(tv)][d] for a in accesses.values() for tv, d in a.coords}
