@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from ..codegen.prologue import LoadPrologue
 from ..errors import FusionExecutionError, PyfuserError
 from ..ops import run_context
 
@@ -152,6 +153,26 @@ def _scalar_arg(x):
     return int(x) if isinstance(x, bool) else x
 
 
+def error_flags(checks: tuple, device) -> tuple:
+    """Where a launch with run-time checks (an index out of range) ORs its error bits: (flags tensor, one slot per
+    check, flags to read right after the launch or None). On CUDA the runtime's device-error sink (pinned host
+    memory the GPU writes: the next call raises, no sync); on the interpreter, with no slot left, or when
+    ``sync_offset_checks`` asks for errors at once, flags of the launch's own."""
+    ctx = run_context.current()
+    deferred = ctx is not None and ctx.errors is not None and ctx.offset_checks != run_context.OFFSET_CHECKS_SYNC
+    where = [ctx.error_slot(c) for c in checks] if deferred else [None]
+    if all(w is not None for w in where):
+        return where[0][0], tuple(w[1] for w in where), None
+    flags = torch.zeros(len(checks), dtype=torch.int32, device=device)
+    return flags, tuple(range(len(checks))), flags
+
+
+def raise_flagged(checks: tuple, flags: torch.Tensor) -> None:
+    bits = flags.tolist()
+    if any(bits):
+        raise FusionExecutionError("; ".join(m for c, b in zip(checks, bits) if b for m in c.messages(b)))
+
+
 def guards_hold(guards, v: list) -> bool:
     """Whether every input whose layout a generated kernel assumes (layout inference off) has it."""
     for slot, strides in guards:
@@ -204,22 +225,10 @@ class KernelStep:
             v[slot] = t
 
     def _launch_checked(self, tensors: list, scalars: tuple) -> None:
-        """A kernel with run-time checks (an index out of range) sets the call's error flags: on CUDA the
-        runtime's device-error sink (pinned host memory the GPU writes; the next call raises, no sync), elsewhere
-        (the interpreter), or with no slot left, flags of its own that are read right after the launch."""
-        checks = self.plan.checks
-        ctx = run_context.current()
-        # (sync_offset_checks asks for errors at once: read the flags after the launch, as on CPU)
-        deferred = ctx is not None and ctx.errors is not None and ctx.offset_checks != run_context.OFFSET_CHECKS_SYNC
-        where = [ctx.error_slot(c) for c in checks] if deferred else [None]
-        if all(w is not None for w in where):
-            self.launcher.launch_bound(tensors + [where[0][0]], tuple(scalars) + tuple(w[1] for w in where))
-            return
-        flags = torch.zeros(len(checks), dtype=torch.int32, device=self.device)
-        self.launcher.launch_bound(tensors + [flags], tuple(scalars) + tuple(range(len(checks))))
-        bits = flags.tolist()
-        if any(bits):
-            raise FusionExecutionError("; ".join(m for c, b in zip(checks, bits) if b for m in c.messages(b)))
+        err, slots, read_now = error_flags(self.plan.checks, self.device)
+        self.launcher.launch_bound(tensors + [err], tuple(scalars) + slots)
+        if read_now is not None:
+            raise_flagged(self.plan.checks, read_now)
 
     def describe(self) -> StepReport:
         return StepReport("triton", self.plan.name, "", self.plan.source)
@@ -233,7 +242,7 @@ class PrologueStep:
     break an assumed layout runs the producer's ATen steps (writing the slot) and then the op."""
 
     __slots__ = ("plan", "fn", "in_slots", "bind_scalars", "slot", "call", "device", "segment", "resolve_bits",
-                 "guards", "fallback", "last_path", "__weakref__")
+                 "guards", "fallback", "shape", "last_path", "__weakref__")
 
     def __init__(self, plan, fn, in_slots, bind_scalars, slot: int, call: CallStep, device, segment: int,
                  resolve_bits: bool = False, guards=(), fallback=()):
@@ -241,11 +250,10 @@ class PrologueStep:
         self.in_slots, self.bind_scalars, self.slot, self.call = in_slots, bind_scalars, slot, call
         self.device, self.segment, self.resolve_bits = device, segment, resolve_bits
         self.guards, self.fallback = guards, fallback
+        self.shape = torch.Size(plan.shape)
         self.last_path = None
 
     def run(self, v: list) -> None:
-        from ..codegen.prologue import LoadPrologue
-
         if self.guards and not guards_hold(self.guards, v):
             self.last_path = "aten (layout guard)"
             for step in self.fallback:
@@ -258,29 +266,19 @@ class PrologueStep:
         if self.resolve_bits:
             ins = [_resolved(t) for t in ins]
         scalars = tuple(self.bind_scalars(v))
-        flags = None
+        read_now = None
         if plan.checks:
-            ctx = run_context.current()
-            deferred = (ctx is not None and ctx.errors is not None
-                        and ctx.offset_checks != run_context.OFFSET_CHECKS_SYNC)
-            where = [ctx.error_slot(c) for c in plan.checks] if deferred else [None]
-            if all(w is not None for w in where):
-                err, slots = where[0][0], tuple(w[1] for w in where)
-            else:
-                flags = err = torch.zeros(len(plan.checks), dtype=torch.int32, device=self.device)
-                slots = tuple(range(len(plan.checks)))
+            err, slots, read_now = error_flags(plan.checks, self.device)
             args = (*ins, err, *scalars, *slots, *plan.fixed)
         else:
             args = (*ins, *scalars, *plan.fixed)
-        v[self.slot] = LoadPrologue(self.fn, args, torch.Size(plan.shape), plan.dtype, self.device)
+        v[self.slot] = LoadPrologue(self.fn, args, self.shape, plan.dtype, self.device)
         try:
             self.call.run(v)
         finally:
             v[self.slot] = None  # the prologue is the op's alone
-        if flags is not None:
-            bits = flags.tolist()
-            if any(bits):
-                raise FusionExecutionError("; ".join(m for c, b in zip(plan.checks, bits) if b for m in c.messages(b)))
+        if read_now is not None:
+            raise_flagged(plan.checks, read_now)
 
     def describe(self) -> StepReport:
         name = f"{self.call.node.op.name} + load prologue {self.plan.name}"
