@@ -21,6 +21,7 @@ from typing import Optional
 from ..ir.dtypes import DataType
 from ..ir.fusion import Fusion
 from ..ir.nodes import Expr, Scalar, TensorView, Val, Vector
+from ..ir.order import print_order
 
 
 # dtypes a Python literal of the constant's value gives back (literal_dtype): such constants print inline.
@@ -171,61 +172,6 @@ def printed_names(fusion: Fusion, statements=None) -> dict:
         for v in (stmt.outputs if isinstance(stmt, Expr) else [stmt]):
             name(v)
     return names
-
-
-def print_order(fusion: Fusion) -> list:
-    """The statements in nvFuser's printing order: declared values (inputs, non-inline constants, vectors) in
-    creation order, then the expressions depth first from the outputs (each output in turn, an expression's
-    inputs in argument order before it, so an expression follows right after the last one it needs), then any
-    expression no output depends on, in creation order. Names stay in creation order (``printed_names``).
-
-    Only the outputs that no other output depends on start a walk, as nvFuser's topological sort does; an
-    output that feeds another one is reached from it. A declared vector holding computed scalars is printed
-    where the walk first needs it, after them."""
-    late = {id(s) for s in fusion.statements
-            if isinstance(s, Vector) and s.definition is None and any(e.definition is not None for e in s.elements)}
-    declared = [s for s in fusion.statements if not isinstance(s, Expr) and id(s) not in late]
-
-    def deps(stmt) -> list:
-        vals = stmt.inputs if isinstance(stmt, Expr) else stmt.elements
-        return [v if id(v) in late else v.definition for v in vals
-                if v.definition is not None or id(v) in late]
-
-    outputs = [v for v, _ in fusion.output_log]
-    feeds_output = _values_feeding(outputs)
-    roots = [v.definition for v in dict.fromkeys(outputs) if id(v) not in feeds_output and v.definition is not None]
-    ordered: list = []
-    done: set = set()
-    for root in roots:
-        stack = [(root, False)]
-        while stack:
-            stmt, deps_done = stack.pop()
-            if id(stmt) in done:
-                continue
-            if deps_done:
-                done.add(id(stmt))
-                ordered.append(stmt)
-                continue
-            stack.append((stmt, True))
-            stack.extend((d, False) for d in reversed(deps(stmt)) if id(d) not in done)
-    ordered += [s for s in fusion.statements if id(s) not in done and (isinstance(s, Expr) or id(s) in late)]
-    return declared + ordered
-
-
-def _values_feeding(outputs) -> set:
-    """ids of the values some output is computed from (the outputs themselves excluded unless they feed one)."""
-    seen: set = set()
-    stack = [v for out in outputs if out.definition is not None for v in out.definition.inputs]
-    while stack:
-        v = stack.pop()
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
-        if v.definition is not None:
-            stack.extend(v.definition.inputs)
-        if isinstance(v, Vector):
-            stack.extend(v.elements)
-    return seen
 
 
 def fusion_to_python(fusion: Fusion, fn_name: str = "nvfuser_fusion", canonical: bool = False) -> str:

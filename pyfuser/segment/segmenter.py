@@ -24,6 +24,7 @@ from typing import Optional
 from ..ir.fusion import Fusion
 from ..ir.nodes import Expr, Scalar, TensorView, Val, Vector
 from ..ir.packing import is_packed_fp4
+from ..ir.order import print_order
 from ..ops.registry import OpKind
 from .loop_domain import (
     RELOCATING_OPS,
@@ -231,12 +232,21 @@ def _kernel_clusters(exprs: list[Expr], kind: dict) -> dict[int, int]:
 
 
 def segment_fusion(fusion: Fusion) -> SegmentedFusion:
-    exprs = fusion.exprs
+    # The printing order, not creation order: a definition rebuilt from repr(fd) is then segmented (and computes)
+    # exactly as the original (ir/order.py).
+    exprs = [s for s in print_order(fusion) if isinstance(s, Expr)]
     kind = classify(fusion)
     producers: dict[int, Expr] = {id(o): e for e in exprs for o in e.outputs}
     deps = {id(e): {id(producers[id(v)]) for v in e.inputs if id(v) in producers} for e in exprs}
     position = {id(e): i for i, e in enumerate(exprs)}
     cluster = _kernel_clusters(exprs, kind)
+    # What each kernel cluster waits for outside itself: a cluster that still waits on other work (an ATen view
+    # between two of its parts) is not started before one that can run to its end, or it would be cut in two.
+    outside: dict[int, set[int]] = {}
+    for e in exprs:
+        if id(e) in cluster:
+            outside.setdefault(cluster[id(e)], set()).update(
+                d for d in deps[id(e)] if cluster.get(d) != cluster[id(e)])
 
     done: set[int] = set()
     groups: list[tuple[str, list[Expr]]] = []
@@ -257,7 +267,8 @@ def segment_fusion(fusion: Fusion) -> SegmentedFusion:
                         and _one_kernel(current + [e], require_covering=False)]
             pick = same[0] if same else None
         if pick is None:
-            pick = min(ready, key=lambda e: position[id(e)])
+            unblocked = [e for e in ready if id(e) not in cluster or outside[cluster[id(e)]] <= done]
+            pick = min(unblocked or ready, key=lambda e: position[id(e)])
             if current_kind is not None:  # a group of only scalar exprs simply takes on the new kind
                 groups.append((current_kind, current))
                 current = []
