@@ -726,6 +726,11 @@ class Builder:
     def _slice(self, x: Val, start_indices, end_indices):
         shape, bc = [], []
         for s, e, n, b in zip(start_indices, end_indices, x.shape, x.bcast):
+            if e - s == 1 and (s, e) != (0, n):
+                # An extent of 1 cut out of a dim is a broadcast in the IR when the extent is known at definition
+                # (nvFuser's resize), else an iteration dim: a reduction over it is a view in one case and a new
+                # tensor in the other, which this model does not track (seed 30864 on the H200).
+                raise Skip("a slice to extent 1")
             shape.append(e - s)
             bc.append(b if (s, e) == (0, n) else False)
         if all((s, e) == (0, n) for s, e, n in zip(start_indices, end_indices, x.shape)):
