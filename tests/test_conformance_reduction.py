@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import DEVICE, check_fusion, define, make
+from harness import DEVICE, assert_same, check_fusion, define, make
 from pyfuser import DataType
 
 SPECIAL = [float("nan"), float("inf"), float("-inf"), -0.0, 0.0, -1.75, 3.1]
@@ -234,3 +234,21 @@ def test_sum_of_a_zero_dim_integer_tensor_is_int():
         fd.add_output(fd.ops.sum(fd.define_tensor(shape=[], contiguity=[], dtype=DataType.Int32), dims=[0]))
 
     check_fusion(fusion, [x], lambda x: torch.sum(x, 0), atol=0, rtol=0)
+
+
+def test_result_over_a_permuted_input_is_contiguous_as_eagers_reduction():
+    # Fuzz seed 31043 on the H200: the product that replaces the sum took its operand's layout ([4, 9] with
+    # strides (1, 4) from a transposed input); eager's sum allocates its result contiguously.
+    x = make((9, 4)).t()  # [4, 9], strides (1, 4)
+
+    def fusion(fd):
+        t = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float, stride_order=[0, 1])
+        b = fd.ops.broadcast_in_dim(t, shape=[4, 7, 9], broadcast_dims=[0, 2])
+        fd.add_output(fd.ops.sum(b, dims=[1]))
+        fd.add_output(fd.ops.prod(fd.ops.exp(b), dims=[1]))
+
+    # (Not check_fusion: its repr round trip rebuilds nvFuser's printed squeeze-times-extent, whose eager layout
+    # is its operand's.)
+    outs = define(fusion).execute([x])
+    assert_same(outs[0], (x * 7.0).contiguous(), atol=0, rtol=0)
+    assert_same(outs[1], torch.pow(x.exp(), 7.0).contiguous(), atol=1e-6, rtol=1e-5)

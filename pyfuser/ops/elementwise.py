@@ -107,6 +107,8 @@ def _elementwise_eval(fn):
         out_dtype = to_torch_dtype(out.dtype)
         if result.dtype != out_dtype:
             result = result.to(out_dtype)
+        if node.info.get("reduction_result"):  # (ops/reduction.py: a sum/prod over expanded dims only)
+            result = result.contiguous()
         if isinstance(out, Scalar):
             return result.item()
         return result

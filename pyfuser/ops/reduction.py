@@ -257,6 +257,10 @@ def _squeeze_then_reduce(name: str, tv: TensorView, dims: list[int], squeezed: l
         if isinstance(factor, Scalar) and factor.dtype is not factor_dt:
             factor = get("cast").builder(factor, factor_dt)
         out = get("mul" if name == "sum" else "pow").builder(out, _as_number(factor, factor_dt))
+        if not rest:
+            # This product is the reduction's result: contiguous, as eager's reduction allocates it, not laid
+            # out like the (possibly permuted) squeezed input (ops/elementwise.py honours the flag).
+            out.definition.info["reduction_result"] = True
     if keep:
         out = get("broadcast").builder(out, [d in squeezed for d in range(tv.ndim)])
     return OpResult([], user_result=out)
