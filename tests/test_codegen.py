@@ -325,3 +325,22 @@ def test_kernel_codegen_disabled_runs_every_segment_on_aten():
     assert [r.runs_as for r in fd.last_execution()] == ["aten"]
     assert_same(kernel_out, aten_out, atol=1e-5, rtol=1e-5)
     assert_same(aten_out, torch.exp(x.float()).sum(1), atol=1e-5, rtol=1e-5)
+
+
+def test_where_over_bools_cast_to_float():
+    # Fuzz seed 41846 (CPU): where(cmp, bool, cmp) cast to Float gave 1.4e-45 for True under the Triton
+    # interpreter: the where's data held the Bool values as integers under a Float handle dtype, and pyfuser's
+    # interpreter cast read them as Float bits (codegen/interpreter_compat.py).
+    x = torch.tensor([1.5, 0.0, -2.0, float("nan")], device=DEVICE)
+    flag = torch.tensor(True, device=DEVICE)
+
+    def fn(fd):
+        t, f = fd.from_pytorch(x), fd.from_pytorch(flag)
+        nonzero = fd.ops.cast(t, DataType.Bool)
+        fd.add_output(fd.ops.cast(fd.ops.where(nonzero, f, nonzero), DataType.Float))
+
+    with FusionDefinition() as fd:
+        fn(fd)
+    (out,) = fd.execute([x, flag])
+    assert_same(out, torch.where(x.bool(), flag, x.bool()).float(), atol=0, rtol=0)
+    assert [r.runs_as for r in fd.last_execution()] == ["triton"]

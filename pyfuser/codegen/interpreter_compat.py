@@ -96,8 +96,13 @@ def _patch() -> None:
 
     def cast_impl(self, src, dst_type):
         s, d = src.dtype.scalar, dst_type.scalar
-        if src.data.dtype == np.bool_:  # comparison results keep their operands' handle dtype: trust the data
+        # Comparison results keep their operands' handle dtype, and so does a where() over them (its data then
+        # holds the Bool values as integers): trust the data. (A Float handle over integer data would otherwise
+        # be read as Float bits: where(cmp, bool, cmp).to(float32) gave 1.4e-45 for True; fuzz seed 41846.)
+        if src.data.dtype == np.bool_:
             s = tl.int1
+        elif s.name in ("fp32", "fp64") and src.data.dtype.kind == "i":
+            s = getattr(tl, src.data.dtype.name)
         known = lambda n: n in _TORCH_FLOAT or n in _TORCH_INT  # noqa: E731
         if (s.name in _TORCH_FLOAT or d.name in _TORCH_FLOAT) and known(s.name) and known(d.name):
             if s.name in _TORCH_FLOAT:
