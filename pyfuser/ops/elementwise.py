@@ -104,7 +104,9 @@ def _elementwise_eval(fn):
                 conv.append(_scalar_operand(a, c, device))
         out = node.outputs[0]
         result = fn(*conv)
-        out_dtype = to_torch_dtype(out.dtype)
+        out_dtype = node.info.get("out_torch_dtype")
+        if out_dtype is None:  # (derived once and kept on the node: this runs on every call of an ATen step)
+            out_dtype = node.info["out_torch_dtype"] = to_torch_dtype(out.dtype)
         if result.dtype != out_dtype:
             result = result.to(out_dtype)
         if node.info.get("reduction_result"):  # (ops/reduction.py: a sum/prod over expanded dims only)
@@ -373,9 +375,12 @@ def _binary_types(name: str, rule: str, operands: list):
 def _register_binary(name: str, fn, rule: str, category: str):
     int_div = _int_div if rule == "div" else None
 
+    plain = _elementwise_eval(fn)
+    integer_division = _elementwise_eval(int_div) if int_div is not None else None
+
     def evaluate(node, a, b):
-        f = int_div if node.info.get("int_div") else fn
-        return _elementwise_eval(f)(node, a, b)
+        # (both evaluators are made once, here: this runs on every call of an ATen step)
+        return (integer_division if node.info.get("int_div") else plain)(node, a, b)
 
     def build(lhs, rhs):
         check_operand(name, lhs, "lhs")
