@@ -344,3 +344,21 @@ def test_where_over_bools_cast_to_float():
     (out,) = fd.execute([x, flag])
     assert_same(out, torch.where(x.bool(), flag, x.bool()).float(), atol=0, rtol=0)
     assert [r.runs_as for r in fd.last_execution()] == ["triton"]
+
+
+def test_bool_of_a_scalar_argument_and_a_bool_tile():
+    # Fuzz seed 45087 (CPU): (s != 0) & (x != 0) with s passed by value (a 0-dim tensor) failed under the Triton
+    # interpreter (numpy's bitwise_and of Float and Bool): splatting the 0-dim comparison converted its Bool data
+    # to its operands' dtype (codegen/interpreter_compat.py keeps it Bool).
+    x = torch.tensor([[1.5, 0.0, -0.0], [float("nan"), 2.0, 0.0]], device=DEVICE)
+
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        s = fd.from_pytorch(torch.tensor(1.0, device=DEVICE))  # a 0-dim tensor: passed to the kernel by value
+        both = fd.ops.logical_and(fd.ops.ne(s, 0.0), fd.ops.ne(t, 0.0))
+        fd.add_output(fd.ops.cast(both, DataType.Float))
+    for value in (2.5, 0.0):
+        scalar = torch.tensor(value, device=DEVICE)
+        (out,) = fd.execute([x, scalar])
+        assert_same(out, ((scalar != 0) & (x != 0)).float(), atol=0, rtol=0)
+    assert [r.runs_as for r in fd.last_execution()] == ["triton"]

@@ -156,12 +156,10 @@ _install_bounds_guard()
 def known_bugs(program: fuzz_gen.Program, error: BaseException) -> list[str]:
     """Open bugs (each has a strict regression test below) and interpreter gaps that can explain a failure of
     ``program``. Fixed bugs are not listed: a failure that looks like one is a regression and must fail."""
-    found = []
-    if os.environ.get("TRITON_INTERPRET") == "1" and "ufunc 'bitwise_and' not supported" in str(error):
-        # Not pyfuser: triton 3.6's interpreter fails on (0-dim int1) & (2-D int1) when the 0-dim operand comes
-        # from a by-value float argument (tl.full([], s0, tl.float32) != 0); the GPU compiles it.
-        found.append("triton interpreter: & of a 0-dim int1 from a float argument with a 2-D int1")
-    return found
+    # (Empty now: the last one, triton 3.6's interpreter failing on (0-dim int1) & (2-D int1) when the 0-dim
+    # operand comes from a by-value Float argument, is patched in codegen/interpreter_compat.py and tested in
+    # tests/test_codegen.py.)
+    return []
 
 
 # --- running a program ---------------------------------------------------------------------------------------

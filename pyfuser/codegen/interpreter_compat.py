@@ -119,6 +119,18 @@ def _patch() -> None:
 
     interp.InterpreterBuilder.cast_impl = cast_impl
 
+    # Splatting a 0-dim comparison result (x != 0 of a by-value Float argument) converted its Bool data to the
+    # handle's dtype (its operands', Float), so `&` with a Bool block then failed in numpy: keep it Bool.
+    original_splat = interp.InterpreterBuilder.create_splat
+
+    def create_splat(self, ret_ty, arg):
+        if getattr(arg.data, "dtype", None) == np.bool_:
+            value = arg.data[0] if isinstance(arg.dtype, tl.block_type) else arg.data
+            return interp.TensorHandle(np.full(ret_ty.shape, value, dtype=np.bool_), tl.int1)
+        return original_splat(self, ret_ty, arg)
+
+    interp.InterpreterBuilder.create_splat = create_splat
+
     if not hasattr(interp.InterpreterBuilder, "get_bf16"):
         def get_bf16(self, value):
             bits = torch.tensor([value], dtype=torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
