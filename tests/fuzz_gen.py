@@ -487,6 +487,10 @@ class Builder:
         fn, allowed = BOOL_UNARY[name]
         if x.dtype not in allowed or not x.exact:
             raise Skip(name)
+        if name == "signbit" and x.zero_ops & ZERO_SIGN_OPS:
+            # The sign of a zero that an earlier op decides by its own order (relu(-0.0) on CPU: seed 50784)
+            # would become a Bool that differs.
+            raise Skip("signbit of a zero of unfixed sign")
         out = self._new(x.shape, BOOL, x.bcast, 1.0, 0.0)
         return self._emit(name, [x], {}, [out], compute_dtype(x.dtype))
 
