@@ -534,6 +534,10 @@ class Builder:
             if name == "add" and all(_nn(v) for v in (a, b)):
                 nonneg, lo = True, _lo(a) + _lo(b)
         elif name == "mul":
+            if (isinstance(a, Val) and a.special and eb > 0) or (isinstance(b, Val) and b.special and ea > 0):
+                # An inexact zero times an infinity: NaN where the value is exactly 0, ±inf where it is a
+                # rounding away from it (seed 63741: x - mean(x) of equal values).
+                raise Skip("mul of an inexact value by one that may be infinite")
             mag = ma * mb
             err = ea * mb + eb * ma + ea * eb + _rounding(c, mag, not exact_in)
             fma = c in FLOATS
