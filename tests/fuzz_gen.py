@@ -1426,16 +1426,7 @@ class Generator:
         unstable over 'distinct' inputs (eager's order of equal keys is unspecified); half of the time the
         values are taken along the order in the same kernel."""
         r = self.rng
-        if len(self.b.program.inputs) >= 5:
-            raise Skip("too many inputs")
-        shape = list(self.base_shape())
-        if len(shape) < 2 or 0 in shape:
-            raise Skip("argsort shape")
-        dim = r.randrange(len(shape))
-        shape[dim] = max(shape[dim], r.randint(2, 12))
-        if math.prod(shape) > MAX_NUMEL:
-            raise Skip("argsort size")
-        self._input_seed += 1
+        shape, dim = self._selection_shape("argsort", min_rank=2)
         stable = r.random() < 0.6
         layout = r.choice(["contiguous", "offset", "sliced", "transposed"])
         dtype = r.choice([F32, F64, BF16, I32, I64] + ([BOOL] if stable else []))
@@ -1448,18 +1439,24 @@ class Generator:
             return self.b.apply("take_along_axis", x, order, dim)
         return order
 
-    def gen_topk(self):
+    def _selection_shape(self, name: str, min_rank: int) -> tuple[list, int]:
+        """(shape, dim) of a new input for a sort or selection along ``dim``, which gets 2-12 elements."""
         r = self.rng
         if len(self.b.program.inputs) >= 5:
             raise Skip("too many inputs")
         shape = list(self.base_shape())
-        if not shape or 0 in shape:
-            raise Skip("topk shape")
+        if len(shape) < min_rank or 0 in shape:
+            raise Skip(f"{name} shape")
         dim = r.randrange(len(shape))
         shape[dim] = max(shape[dim], r.randint(2, 12))
         if math.prod(shape) > MAX_NUMEL:
-            raise Skip("topk size")
+            raise Skip(f"{name} size")
         self._input_seed += 1
+        return shape, dim
+
+    def gen_topk(self):
+        r = self.rng
+        shape, dim = self._selection_shape("topk", min_rank=1)
         layout = r.choice(["contiguous", "offset", "sliced"] + (["transposed"] if len(shape) >= 2 else []))
         x = self.b.input(tuple(shape), r.choice([F32, F64, I32, I64]), layout, "distinct", self._input_seed)
         k = r.randint(2, min(shape[dim], 3))

@@ -22,6 +22,12 @@ from pyfuser.frontend.printer import fusion_to_python
 DEVICE = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
+def fd_softmax(fd, t, dim: int):
+    """softmax of ``t`` along ``dim`` as a fusion spells it out (max, sub, exp, sum, div)."""
+    e = fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, dims=[dim], keepdim=True)))
+    return fd.ops.div(e, fd.ops.sum(e, dims=[dim], keepdim=True))
+
+
 def define(fn: Callable) -> FusionDefinition:
     with FusionDefinition() as fd:
         fn(fd)

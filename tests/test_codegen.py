@@ -11,6 +11,7 @@ from pyfuser import DataType, FusionDefinition
 from pyfuser.codegen.launcher import triton_usable
 
 from harness import DEVICE, assert_same, check_fusion, make
+from test_codegen_views import bits_equal
 
 pytestmark = pytest.mark.skipif(not triton_usable(DEVICE), reason="generated kernels need CUDA or TRITON_INTERPRET=1")
 
@@ -362,3 +363,26 @@ def test_bool_of_a_scalar_argument_and_a_bool_tile():
         (out,) = fd.execute([x, scalar])
         assert_same(out, ((scalar != 0) & (x != 0)).float(), atol=0, rtol=0)
     assert [r.runs_as for r in fd.last_execution()] == ["triton"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_float_pow_is_computed_in_double_and_rounded_once(dtype):
+    # codegen/elementwise_lowerings._pow: Float pow (and Half/BFloat16, which compute in Float) is Double pow
+    # rounded to Float, closer to eager's CUDA and CPU pows than libdevice's powf (docs/codegen.md has the
+    # H200 measurements). Non-contiguous base, special values, a scalar and a tensor exponent.
+    g = torch.Generator().manual_seed(5)
+    base = (torch.rand(40, 12, generator=g) * 4).to(dtype).to(DEVICE).t()  # [12, 40], strides (1, 12)
+    base[0, :6] = torch.tensor([0.0, -0.0, float("inf"), float("nan"), -1.5, 1.1], dtype=dtype)
+    expo = ((torch.rand(12, 40, generator=g) - 0.5) * 16).to(DEVICE)
+
+    with FusionDefinition() as fd:
+        b, e = fd.from_pytorch(base), fd.from_pytorch(expo)
+        fd.add_output(fd.ops.pow(b, e))
+        fd.add_output(fd.ops.pow(b, 6.0))
+    out_t, out_s = fd.execute([base, expo])
+    assert {r.runs_as for r in fd.last_execution()} == {"triton"}
+    b64 = base.double()
+    ref_t = torch.pow(b64, expo.double()).float()
+    ref_s = torch.pow(b64, 6.0).float()  # (a reduced-precision base computes, and returns, Float: nvFuser's rule)
+    bits_equal(out_t, ref_t, nan_bits=False)  # (NaN payloads: the device's own)
+    bits_equal(out_s, ref_s, nan_bits=False)

@@ -6,7 +6,7 @@ dtype family, along either dim of non-contiguous and offset inputs; stable=False
 import pytest
 import torch
 
-from harness import DEVICE, define, make, transposed
+from harness import DEVICE, define, fd_softmax, make, transposed
 from test_codegen_views import bits_equal
 
 
@@ -83,9 +83,7 @@ def test_argsort_fused_with_softmax_and_take_along_axis():
     x = make((6, 10))
 
     def fn(fd):
-        t = fd.from_pytorch(x)
-        e = fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, dims=[1], keepdim=True)))
-        w = fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True))
+        w = fd_softmax(fd, fd.from_pytorch(x), 1)
         order = fd.ops.argsort(w, dim=1, descending=True, stable=True)
         fd.add_output(order)
         fd.add_output(fd.ops.take_along_axis(w, order, 1))

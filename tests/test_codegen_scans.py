@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from harness import DEVICE, define, make, transposed
+from harness import DEVICE, define, fd_softmax, make, transposed
 from test_codegen_views import bits_equal, specials
 
 
@@ -102,9 +102,7 @@ def test_cumulative_softmax_one_kernel():
     x = make((8, 50))
 
     def fn(fd):
-        t = fd.from_pytorch(x)
-        e = fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, dims=[1], keepdim=True)))
-        p = fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True))
+        p = fd_softmax(fd, fd.from_pytorch(x), 1)
         fd.add_output(p)
         fd.add_output(fd.ops.cumsum(p, 1))
 

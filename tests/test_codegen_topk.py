@@ -6,7 +6,7 @@ and smallest; ties take the lowest index first (eager's tie order is unspecified
 import pytest
 import torch
 
-from harness import DEVICE, check_fusion, define, sliced, transposed
+from harness import DEVICE, check_fusion, define, fd_softmax, sliced, transposed
 from pyfuser import DataType
 
 from test_codegen_views import bits_equal
@@ -88,9 +88,7 @@ def test_router_softmax_topk_renormalise_one_kernel():
 
     def fn(fd):
         t = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
-        logits = fd.ops.cast(t, DataType.Float)
-        e = fd.ops.exp(fd.ops.sub(logits, fd.ops.max(logits, dims=[1], keepdim=True)))
-        probs = fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True))
+        probs = fd_softmax(fd, fd.ops.cast(t, DataType.Float), 1)
         w, i = fd.ops.topk(probs, 2, dim=1, largest=True, sorted=True)
         fd.add_output(fd.ops.div(w, fd.ops.sum(w, dims=[1], keepdim=True)))
         fd.add_output(i)
