@@ -14,6 +14,7 @@ import torch
 from harness import DEVICE
 from pyfuser.nvfp4 import reference
 from pyfuser.kernels.nvfp4_grouped_gemm import default_config, nvfp4_grouped_mm
+from pyfuser.kernels import nvfp4_grouped_gemm as gg
 
 FP4_VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
 
@@ -176,6 +177,19 @@ def test_split_k(k, split_k, predequant):
     assert torch.equal(again, out)  # deterministic, and the counters are fresh for every launch
 
 
+@pytest.mark.parametrize("chunk_experts,split_k", [(1, 1), (2, 2), (3, 1)])
+def test_predequant_expert_chunks(monkeypatch, chunk_experts, split_k):
+    # Prefill's fp16 weights pass through a buffer of F16_WEIGHT_BUDGET bytes, a chunk of experts per GEMM launch:
+    # each launch computes only its chunk's groups, and the gap rows (before group 0, between groups, after the
+    # last) must still be written exactly once across the launches (out starts as NaN).
+    case = Case([5, 0, 19, 7], 64, 256, seed=20 + chunk_experts, e_offs=[2, 7, 9, 30], m=40)
+    monkeypatch.setattr(gg, "F16_WEIGHT_BUDGET", chunk_experts * 2 * 64 * 256)
+    out = torch.full((40, 64), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    nvfp4_grouped_mm(*case.args, torch.bfloat16, out=out, predequant=True, block_m=16, block_n=64, block_k=32,
+                     split_k=split_k, num_warps=4, num_stages=2)
+    _check(out, case, torch.bfloat16)
+
+
 def _shifted(t: torch.Tensor, nbytes: int) -> torch.Tensor:
     """A contiguous copy of ``t`` that starts ``nbytes`` into a fresh buffer (data_ptr % 16 == nbytes)."""
     raw = t.contiguous().view(torch.uint8).reshape(-1)
@@ -273,16 +287,17 @@ def test_default_config_heuristic():
         assert (wide.block_m, wide.block_n, wide.split_k) == (16, 128, 1)  # 896 tiles of 128 columns
     assert (default_config(8 * 64, 2048, 4096, 8).block_m, default_config(8 * 64, 2048, 4096, 8).split_k) == (64, 2)
     assert default_config(8 * 64, 14336, 4096, 8).block_n == 128
+    assert default_config(8 * 64, 2048, 4096, 8).block_n == 128  # 64-token tiles: half the in-loop token dequant
     assert default_config(8, 2048, 256, 8).split_k == 1  # K=256 is a single k-tile
     prefill = default_config(8192, 14336, 4096, 8)
-    assert (prefill.block_m, prefill.block_n, prefill.split_k, prefill.predequant) == (128, 256, 1, True)
+    assert (prefill.block_m, prefill.block_n, prefill.split_k, prefill.predequant) == (256, 128, 1, True)
 
 
 def _bad(case, **changes):
     args = dict(zip(["mat1", "mat2", "scale1", "scale2", "alpha", "problem_sizes", "expert_offsets", "sf_offsets"],
                     case.args))
     out_dtype = changes.pop("out_dtype", torch.bfloat16)
-    kwargs = {k: changes.pop(k) for k in list(changes) if k in ("block_k", "block_m", "block_n", "out")}
+    kwargs = {k: changes.pop(k) for k in list(changes) if k in ("block_k", "block_m", "block_n", "predequant", "out")}
     args.update(changes)
     return lambda: nvfp4_grouped_mm(*args.values(), out_dtype, **kwargs)
 
@@ -311,9 +326,11 @@ def small():
         (lambda c: dict(expert_offsets=c.args[6][:1]), "expert_offsets must be \\[G=2\\]"),
         (lambda c: dict(sf_offsets=c.args[7].long()), "sf_offsets must be int32"),
         (lambda c: dict(out_dtype=torch.float32), "out_dtype must be torch.bfloat16 or torch.float16"),
-        (lambda c: dict(block_k=64), "block_k must be a multiple of 128"),
+        (lambda c: dict(block_k=64), "block_k must be >= 128 \\(with predequant=False\\)"),
+        (lambda c: dict(block_k=8, predequant=True), "block_k must be >= 16 \\(with predequant=True\\)"),
         (lambda c: dict(block_m=48), "block_m must be a power of two"),
-        (lambda c: dict(block_n=32), "block_k must be a multiple of 128, block_m >= 16 and block_n >= 64"),
+        (lambda c: dict(block_n=32),
+         "block_k must be >= 128 \\(with predequant=False\\), block_m >= 16 and block_n >= 64"),
         (lambda c: dict(out=torch.empty(8, 128, dtype=torch.float16, device=DEVICE)), "out must be a \\[8, 128\\]"),
     ],
 )

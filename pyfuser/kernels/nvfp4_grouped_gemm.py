@@ -21,7 +21,7 @@ becomes an fp16 subnormal). One fp16 multiply by ``scale * 2**7`` finishes the v
 nibble order: "plane" q (0..7) holds nibble q of every word, and a k-tile is 8 dots, plane q of the weights with
 plane q of the tokens (a permutation of the k sum, which is free since every product is exact).
 
-No host sync; one launch, or two with ``predequant``:
+No host sync; one launch, or 1 + 2 per chunk of experts with ``predequant``:
 - ``_nvfp4_gemm_kernel`` computes ``out^T = B^T A^T`` tiles: the weights fill the MMA's M side (64+ rows) and
   are dequantized in registers straight into the MMA's register operand (never stored dequantized anywhere),
   the tokens (16+ of them) its N side. The grid is ``((cdiv(M, BLOCK_M) + G) * cdiv(N, BLOCK_N), SPLIT_K)``;
@@ -32,18 +32,24 @@ No host sync; one launch, or two with ``predequant``:
   tile 0 of the group before them (its "gap" rows [e_i + m_i, e_{i+1}) or [e_{G-1} + m_{G-1}, M), and rows
   [0, e_0) for group 0); every group owns one program even when empty. This covers every uncovered row when the
   groups are in order and do not overlap (what the op's offsets are: exclusive prefix sums).
-- The tokens are dequantized either inside the k loop (decode: few tokens, one launch), or (``predequant``,
-  prefill) once by ``_dequant_a_kernel`` into an fp16 ``[8, M, K/8]`` plane buffer that the GEMM then reads
-  with plain pipelined loads: on sm_90 the MMA's second operand must sit in shared memory, and dequantizing it
-  inside the GEMM costs a register -> shared store and a CTA barrier before every dot, once per weight tile.
+- Decode (few tokens): the tokens are dequantized inside the k loop too, one launch.
+- Prefill (``predequant``): both operands are dequantized once, exactly, to fp16 in k order (``_dequant_a_kernel``,
+  ``_dequant_b_kernel``), and the same kernel then runs as a plain fp16 grouped GEMM (``F16``: one dot of
+  BLOCK_K per k-tile, both operands through the pipeliner's shared-memory stages). Measured on the H200 (G=8,
+  K=4096, 1024 tokens per expert): the register-operand form waits for its MMAs after every two dots (the SASS
+  has ``WARPGROUP.DEPBAR.LE gsb0, 0x0`` after each pair of ``HGMMA``), so dequantization and tensor cores never
+  overlap, and it stays at 0.57x bf16 cuBLAS even with the dequantization removed (320 vs 355 us at N=2048); an
+  fp16 Triton GEMM of this tiling reaches 214 us, 0.90x cuBLAS. The fp16 weights pass through a buffer of at
+  most ``F16_WEIGHT_BUDGET`` bytes: experts are dequantized and multiplied a chunk at a time, each GEMM launch
+  computing only its chunk's groups (their gap rows included, so every row is still written once).
 
 Split-K (decode shapes with too few tiles to fill the GPU): SPLIT_K programs share a tile, each over a contiguous
 range of k-tiles; each stores its fp32 partial in a workspace, then bumps the tile's counter; the last one to
 arrive sums the SPLIT_K partials in split order (deterministic: the same bits whatever the arrival order), resets
 the counter to zero for the next launch and runs the epilogue.
 
-Host cost matters as much as GPU time at decode sizes: see ``pyfuser/codegen/launcher.py`` (cached specializations are launched
-without Triton's per-call argument binding).
+Host cost matters as much as GPU time at decode sizes: see ``pyfuser/codegen/launcher.py`` (cached
+specializations are launched without Triton's per-call argument binding).
 """
 
 from __future__ import annotations
@@ -66,16 +72,19 @@ from ..nvfp4.gemm_contract import check_operands, contract_error, out_torch_dtyp
 __all__ = ["GemmConfig", "default_config", "nvfp4_grouped_mm"]
 
 _NUM_SMS = 132  # H200; only shapes the heuristic's split-K choice
+# Bytes of dequantized fp16 weights one predequant GEMM launch covers: experts are dequantized and multiplied a
+# chunk at a time, so the temporary never exceeds this (or one expert's weights, if larger).
+F16_WEIGHT_BUDGET = 256 << 20
 
 
 @dataclass(frozen=True)
 class GemmConfig:
     block_m: int  # tokens per tile (the MMA's N side)
     block_n: int  # output columns (weight rows) per tile (the MMA's M side)
-    block_k: int  # K elements per pipeline stage; a multiple of 128 (8 dots of block_k/8 >= 16 words)
+    block_k: int  # K elements per pipeline stage: >= 128 (8 dots of block_k/8 >= 16 words), >= 16 with predequant
     split_k: int  # programs sharing one output tile along K
     group_m: int  # m-tiles per band of the program order (L2 reuse)
-    predequant: bool  # dequantize the tokens to fp16 planes in a first launch (else inside the GEMM's k loop)
+    predequant: bool  # dequantize both operands to fp16 in first launches (else in registers in the k loop)
     num_warps: int
     num_stages: int
 
@@ -94,18 +103,22 @@ def default_config(m: int, n: int, k: int, g: int) -> GemmConfig:
       4 warps, 4 stages. 128-wide weight tiles when that still gives >= 2 tiles per SM (N=14336: 126 us at 1 and
       16 tokens, 197 us at 64), else 64-wide ones, and split-K until there are 2 programs per SM (N=2048: split 2,
       24 us at 1 and 16 tokens vs 34 us unsplit; 45 us at 64 tokens).
-    - prefill: tokens dequantized once by a first launch (27 us at 8192x4096), 256 weight rows x 128 tokens per
-      tile so each weight element is dequantized once per 128 tokens, 8 warps, 4 stages (0.53-0.56x bf16)."""
+    - 33-64 tokens per expert: the tokens' in-loop dequantization is repeated for every weight tile, so 128-wide
+      weight tiles (half the repeats), split-K to one program per SM: N=2048 split 2, 47.6 -> 39.5 us (2026-12-02).
+    - prefill: both operands dequantized to fp16 first, then 128 weight rows x 256 tokens x 64 k per tile, 8 warps,
+      4 stages: 284 us at N=2048 and 1828 us at N=14336 with 1024 tokens per expert, 0.71x / 0.70x bf16
+      _grouped_mm (the register-operand form: 352 / 2213 us; 256 x 128 tiles: 299 / 1921 us)."""
     per_expert = -(-m // max(g, 1))
     if per_expert <= 64:
         block_m = max(16, _next_pow2(per_expert))
-        block_n = 128 if g * -(-n // 128) >= 2 * _NUM_SMS else 64
+        block_n = 128 if block_m >= 64 or g * -(-n // 128) >= 2 * _NUM_SMS else 64
         tiles = g * -(-n // block_n)
+        programs = 2 * _NUM_SMS if block_m < 64 else _NUM_SMS  # 64-token tiles: 4x the MMA work per program
         split_k = 1
-        while tiles * split_k < 2 * _NUM_SMS and k // (256 * split_k) >= 4:
+        while tiles * split_k < programs and k // (256 * split_k) >= 4:
             split_k *= 2
         return GemmConfig(block_m, block_n, 256, split_k, 8, False, 4, 4)
-    return GemmConfig(128, 256, 128, 1, 8, True, 8, 4)
+    return GemmConfig(256, 128, 64, 1, 8, True, 8, 4)
 
 
 def _check_device(dev: torch.device) -> None:
@@ -144,8 +157,10 @@ def nvfp4_grouped_mm(
     are trusted (the op layer validates them); reads of scale1 are bounded by its storage all the same (a row
     whose scales would extend past its end gets zero scales). ``out``: an optional preallocated ``[M, N]``
     result of ``out_dtype`` with unit column stride; every element of it is written (rows no group covers with
-    zeros). ``shapes``: (M, N, K, G) from ``check_operands`` when the caller already checked the operands (the op
-layer does, on every path), to skip checking them twice. Temporaries: with predequant the fp16 token planes (2*M*K bytes); with split-K an fp32 workspace and
+    zeros). ``shapes``: (M, N, K, G) from ``check_operands`` when the caller already checked the operands (the
+    op layer does, on every path), to skip checking them twice. Temporaries: with predequant the fp16 tokens (2*M*K
+    bytes) and fp16 weights of a chunk of experts (at most F16_WEIGHT_BUDGET bytes, or one expert's); with split-K
+    an fp32 workspace and
     a counter per output tile, kept per device and stream between calls (the kernel leaves the counters zero)."""
     out_dtype = out_torch_dtype(out_dtype)
     if shapes is None:
@@ -158,9 +173,10 @@ layer does, on every path), to skip checking them twice. Temporaries: with prede
                                         ("num_warps", num_warps), ("num_stages", num_stages)) if v is not None}
     if overrides:
         cfg = replace(cfg, **overrides)
-        if cfg.block_k % 128 or cfg.block_m < 16 or cfg.block_n < 64 or cfg.split_k < 1 or cfg.group_m < 1:
-            contract_error(f"block_k must be a multiple of 128, block_m >= 16 and block_n >= 64 (the MMA's sides), split_k "
-                  f"and group_m >= 1, got {cfg}")
+        min_k = 16 if cfg.predequant else 128  # an fp16 dot's K, or 8 of them (one per fp4 nibble plane)
+        if cfg.block_k < min_k or cfg.block_m < 16 or cfg.block_n < 64 or cfg.split_k < 1 or cfg.group_m < 1:
+            contract_error(f"block_k must be >= {min_k} (with predequant={cfg.predequant}), block_m >= 16 and "
+                           f"block_n >= 64 (the MMA's sides), split_k and group_m >= 1, got {cfg}")
         for name in ("block_m", "block_n", "block_k"):
             v = getattr(cfg, name)
             if v & (v - 1):
@@ -188,36 +204,48 @@ layer does, on every path), to skip checking them twice. Temporaries: with prede
     # weight passed transposed) is [G, N, K/8], with these word strides.
     stride_am, stride_bg, stride_bn = kw, n * kw, kw
 
-    grid_m, grid_n = triton.cdiv(m, cfg.block_m) + g, triton.cdiv(n, cfg.block_n)
-    split = min(cfg.split_k, triton.cdiv(kw, cfg.block_k // 8))  # every split gets at least one k-tile
-    if split > 1:
-        counters, workspace = _split_scratch(dev, grid_m * grid_n, grid_m * grid_n * split * cfg.block_n * cfg.block_m)
-    else:
-        counters = workspace = alpha  # never touched (SPLIT_K == 1 compiles the split-K epilogue away)
+    bkw = max(cfg.block_k // 8, 1)  # words per k-tile
+    split = min(cfg.split_k, triton.cdiv(kw, bkw))  # every split gets at least one k-tile
+    meta = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split, GROUP_M=cfg.group_m,
+                F16=cfg.predequant, EVEN_K=(kw % bkw == 0), G_BLOCK=g_block)
+    common = (alpha, problem_sizes, expert_offsets, sf_offsets, out)
+    ints = (m, n, kw, g, s1_capacity, stride_am, stride_bg, stride_bn, scale2.stride(0), problem_sizes.stride(0),
+            out.stride(0))
 
-    if cfg.predequant:
-        a_op = torch.empty((8, m, kw), dtype=torch.float16, device=dev)
-        block_r, block_w = 16, 64
-        launch(
-            _dequant_a_kernel, (triton.cdiv(m, block_r), triton.cdiv(kw, block_w), 1),
-            (mat1, scale1, problem_sizes, expert_offsets, sf_offsets, a_op),
-            (m, kw, g, s1_capacity, stride_am, problem_sizes.stride(0)),
-            dict(BLOCK_R=block_r, BLOCK_W=block_w, G_BLOCK=g_block), 4, 3,
-            jit_tensors=lambda: (_words(mat1), scale1, problem_sizes, expert_offsets, sf_offsets, a_op),
-        )
-    else:
-        a_op = mat1
-    launch(
-        _nvfp4_gemm_kernel, (grid_m * grid_n, split, 1),
-        (a_op, scale1, mat2, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, out, workspace, counters),
-        (m, n, kw, g, s1_capacity, stride_am, stride_bg, stride_bn, scale2.stride(0), problem_sizes.stride(0),
-         out.stride(0)),
-        dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split, GROUP_M=cfg.group_m,
-             A16=cfg.predequant, EVEN_K=(kw % (cfg.block_k // 8) == 0), G_BLOCK=g_block),
-        cfg.num_warps, cfg.num_stages,
-        jit_tensors=lambda: (a_op if cfg.predequant else _words(mat1), scale1, _words(mat2.transpose(-1, -2)),
-                             scale2, alpha, problem_sizes, expert_offsets, sf_offsets, out, workspace, counters),
-    )
+    def gemm(a_op, b_op, g_lo, g_hi, a_jit, b_jit):
+        # Groups [g_lo, g_hi): their tiles fit in cdiv(M, BLOCK_M) + (g_hi - g_lo) m-slots (docstring).
+        grid_m, grid_n = triton.cdiv(m, cfg.block_m) + g_hi - g_lo, triton.cdiv(n, cfg.block_n)
+        if split > 1:
+            counters, workspace = _split_scratch(dev, grid_m * grid_n,
+                                                 grid_m * grid_n * split * cfg.block_n * cfg.block_m)
+        else:
+            counters = workspace = alpha  # never touched (SPLIT_K == 1 compiles the split-K epilogue away)
+        launch(_nvfp4_gemm_kernel, (grid_m * grid_n, split, 1),
+               (a_op, scale1, b_op, scale2, *common, workspace, counters), (*ints, g_lo, g_hi), meta,
+               cfg.num_warps, cfg.num_stages,
+               jit_tensors=lambda: (a_jit, scale1, b_jit, scale2, *common, workspace, counters))
+
+    if not cfg.predequant:
+        gemm(mat1, mat2, 0, g, _words(mat1), _words(mat2.transpose(-1, -2)))
+        return out
+    # Prefill: both operands dequantized to fp16 (exact) by first launches, then a plain fp16 grouped GEMM. The
+    # weights go through a bounded buffer, a chunk of experts at a time.
+    a16 = torch.empty((m, k), dtype=torch.float16, device=dev)
+    block_r, block_w = 16, 64
+    launch(_dequant_a_kernel, (triton.cdiv(m, block_r), triton.cdiv(kw, block_w), 1),
+           (mat1, scale1, problem_sizes, expert_offsets, sf_offsets, a16),
+           (m, kw, g, s1_capacity, stride_am, problem_sizes.stride(0)),
+           dict(BLOCK_R=block_r, BLOCK_W=block_w, G_BLOCK=g_block), 4, 3,
+           jit_tensors=lambda: (_words(mat1), scale1, problem_sizes, expert_offsets, sf_offsets, a16))
+    chunk = max(1, min(g, F16_WEIGHT_BUDGET // (2 * n * k)))
+    b16 = torch.empty((chunk, n, k), dtype=torch.float16, device=dev)
+    for g_lo in range(0, g, chunk):
+        g_hi = min(g, g_lo + chunk)
+        launch(_dequant_b_kernel, ((g_hi - g_lo) * triton.cdiv(n, block_r), triton.cdiv(kw, block_w), 1),
+               (mat2, scale2, b16), (n, kw, g_lo, stride_bg, stride_bn, scale2.stride(0)),
+               dict(BLOCK_R=block_r, BLOCK_W=block_w), 4, 3,
+               jit_tensors=lambda: (_words(mat2.transpose(-1, -2)), scale2, b16))
+        gemm(a16, b16, g_lo, g_hi, a16, b16)
     return out
 
 
@@ -261,6 +289,21 @@ def _fp4_pair(w, scale, P: tl.constexpr):
 
 
 @triton.jit
+def _fp4_natural(w, scale):
+    """int32 words [R, W] -> fp16 [R, 8 * W] equal to fp4 * scale * 2**-7, in k order (nibble q of word j at 8j + q).
+
+    ``_fp4_pair`` gives nibbles p and p + 4; three levels of interleave put them in order: level one pairs p with
+    p + 4 (index 2j + h), level two p with p + 2, level three p with p + 1, so that the index is 8j + 4h + p."""
+    lo0, hi0 = _fp4_pair(w, scale, 0)
+    lo1, hi1 = _fp4_pair(w, scale, 1)
+    lo2, hi2 = _fp4_pair(w, scale, 2)
+    lo3, hi3 = _fp4_pair(w, scale, 3)
+    even = tl.interleave(tl.interleave(lo0, hi0), tl.interleave(lo2, hi2))
+    odd = tl.interleave(tl.interleave(lo1, hi1), tl.interleave(lo3, hi3))
+    return tl.interleave(even, odd)
+
+
+@triton.jit
 def _swizzle_row(r):
     """The row part of the 128x4 swizzle's flat position (pk = K/16 columns): see layout_op.md."""
     return (r % 32) * 16 + ((r % 128) // 32) * 4
@@ -290,8 +333,8 @@ def _dequant_a_kernel(
     M, KW, G, s1_capacity, stride_am, stride_ps,
     BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr, G_BLOCK: tl.constexpr,
 ):
-    """Tokens -> fp16 planes ``a16[q, r, j] = fp4(nibble q of word j of row r) * s1 * 2**-7``; zeros for rows no
-    group covers."""
+    """Tokens -> fp16 ``a16[r, k] = fp4(mat1[r, k]) * s1 * 2**-7`` ([M, K], k in order); zeros for rows no group
+    covers."""
     pid_r = tl.program_id(0)
     pid_w = tl.program_id(1)
 
@@ -320,30 +363,57 @@ def _dequant_a_kernel(
     sa = sa.to(tl.float16) * 128.0
     sa = tl.interleave(sa, sa)  # one scale per 16 values = 2 words
 
-    plane = M.to(tl.int64) * KW
-    dst = a16_ptr + rows64[:, None] * KW + kw[None, :]
-    st_mask = (rows < M)[:, None] & k_mask[None, :]
-    for p in tl.static_range(4):
-        lo, hi = _fp4_pair(w, sa, p)
-        tl.store(dst + p * plane, lo, mask=st_mask)
-        tl.store(dst + (p + 4) * plane, hi, mask=st_mask)
+    vals = _fp4_natural(w, sa)
+    cols = pid_w * (8 * BLOCK_W) + tl.arange(0, 8 * BLOCK_W)
+    st_mask = (rows < M)[:, None] & (cols < 8 * KW)[None, :]
+    tl.store(a16_ptr + rows64[:, None] * (8 * KW) + cols[None, :], vals, mask=st_mask)
 
 
-@triton.jit(do_not_specialize=["M", "G", "s1_capacity"])
+@triton.jit(do_not_specialize=["g_lo"])
+def _dequant_b_kernel(
+    b_ptr, s2_ptr, b16_ptr,
+    N, KW, g_lo, stride_bg, stride_bn, stride_s2g,
+    BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr,
+):
+    """Weights of experts [g_lo, g_lo + chunk) -> fp16 ``b16[e - g_lo, n, k] = fp4(w_e[n, k]) * s2_e * 2**-7``."""
+    r_tiles = tl.cdiv(N, BLOCK_R)
+    local_e = tl.program_id(0) // r_tiles
+    rows = (tl.program_id(0) % r_tiles) * BLOCK_R + tl.arange(0, BLOCK_R)
+    e = (g_lo + local_e).to(tl.int64)
+    PK = KW // 2
+    r_mask = rows < N
+    kw = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
+    k_mask = kw < KW
+    rows64 = rows.to(tl.int64)
+    w = tl.load(b_ptr + e * stride_bg + rows64[:, None] * stride_bn + kw[None, :],
+                mask=r_mask[:, None] & k_mask[None, :], other=0)
+    kb = tl.program_id(1) * (BLOCK_W // 2) + tl.arange(0, BLOCK_W // 2)
+    s_row = e * stride_s2g + (rows // 128).to(tl.int64) * 128 * PK + _swizzle_row(rows)
+    s_col = (kb // 4) * 512 + kb % 4
+    sb = tl.load(s2_ptr + s_row[:, None] + s_col[None, :], mask=r_mask[:, None] & (kb < PK)[None, :], other=0.0)
+    sb = sb.to(tl.float16) * 128.0
+    vals = _fp4_natural(w, tl.interleave(sb, sb))
+    cols = tl.program_id(1) * (8 * BLOCK_W) + tl.arange(0, 8 * BLOCK_W)
+    dst = b16_ptr + (local_e.to(tl.int64) * N + rows64[:, None]) * (8 * KW) + cols[None, :]
+    tl.store(dst, vals, mask=r_mask[:, None] & (cols < 8 * KW)[None, :])
+
+
+@triton.jit(do_not_specialize=["M", "G", "s1_capacity", "g_lo", "g_hi"])
 def _nvfp4_gemm_kernel(
     a_ptr, s1_ptr, b_ptr, s2_ptr, alpha_ptr, ps_ptr, eoff_ptr, sfoff_ptr, out_ptr, ws_ptr, cnt_ptr,
     M, N, KW, G, s1_capacity,
-    stride_am, stride_bg, stride_bn, stride_s2g, stride_ps, stride_om,
+    stride_am, stride_bg, stride_bn, stride_s2g, stride_ps, stride_om, g_lo, g_hi,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    GROUP_M: tl.constexpr, A16: tl.constexpr, EVEN_K: tl.constexpr, G_BLOCK: tl.constexpr,
+    GROUP_M: tl.constexpr, F16: tl.constexpr, EVEN_K: tl.constexpr, G_BLOCK: tl.constexpr,
 ):
     # KW = K/8 int32 words per row, passed rather than derived so that Triton's divisibility specialization of
     # integer arguments sees it (vectorized, unmasked-in-K loads when EVEN_K).
-    # A16: a_ptr holds _dequant_a_kernel's fp16 planes [8, M, KW]; otherwise the packed tokens [M, KW] (int32 words),
-    # dequantized here with their scale1 block scales.
+    # F16: a_ptr holds _dequant_a_kernel's fp16 tokens [M, K] and b_ptr _dequant_b_kernel's fp16 weights of groups
+    # [g_lo, g_hi) ([g_hi - g_lo, N, K]); otherwise the packed operands as int32 words (tokens [M, KW], weights
+    # [G, N, KW]), dequantized here with their block scales. Only groups [g_lo, g_hi) are computed.
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
-    num_pid_m = tl.cdiv(M, BLOCK_M) + G
+    num_pid_m = tl.cdiv(M, BLOCK_M) + g_hi - g_lo
     num_pid_n = tl.cdiv(N, BLOCK_N)
     band = GROUP_M * num_pid_n  # programs per band of GROUP_M m-tiles, m-tile fastest inside a band
     first_m = (pid // band) * GROUP_M
@@ -356,10 +426,10 @@ def _nvfp4_gemm_kernel(
     offs_g = tl.arange(0, G_BLOCK)
     g_mask = offs_g < G
     sizes = tl.load(ps_ptr + offs_g * stride_ps, mask=g_mask, other=0)
-    tiles = tl.where(g_mask, tl.maximum(tl.cdiv(sizes, BLOCK_M), 1), 0)
+    tiles = tl.where(g_mask & (offs_g >= g_lo) & (offs_g < g_hi), tl.maximum(tl.cdiv(sizes, BLOCK_M), 1), 0)
     ends = tl.cumsum(tiles, 0)
     grp = tl.sum((ends <= pid_m).to(tl.int32), 0)  # the first group whose tiles end after pid_m
-    if grp >= G:
+    if grp >= g_hi:
         return
     local = pid_m - tl.sum(tl.where(offs_g == grp, ends - tiles, 0), 0)
 
@@ -383,18 +453,30 @@ def _nvfp4_gemm_kernel(
     lr = local * BLOCK_M + tl.arange(0, BLOCK_M)  # row inside the group
     rows = e_g + lr
     r_mask = (lr < m_g) & (rows < M)
-    b_row_ptr = b_ptr + grp.to(tl.int64) * stride_bg + offs_n.to(tl.int64) * stride_bn
-    s2_row = grp.to(tl.int64) * stride_s2g + (offs_n // 128).to(tl.int64) * 128 * PK + _swizzle_row(offs_n)
-
     # This split's k-tiles: a contiguous run of ceil(tiles / SPLIT_K) (the last run may be short or empty).
     run = tl.cdiv(tl.cdiv(KW, BKW), SPLIT_K)
     k_lo = pid_k * run * BKW
     k_hi = tl.minimum(k_lo + run * BKW, KW)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
 
-    if A16:
-        plane = M.to(tl.int64) * KW
-        a_row_ptr = a_ptr + rows.to(tl.int64) * KW
+    if F16:  # a plain fp16 grouped GEMM over the dequantized operands, K in order
+        K = KW * 8
+        a_row_ptr = a_ptr + rows.to(tl.int64) * K
+        b_row_ptr = b_ptr + ((grp - g_lo).to(tl.int64) * N + offs_n.to(tl.int64)) * K
+        offs_k = tl.arange(0, BLOCK_K)
+        for k0 in range(k_lo * 8, k_hi * 8, BLOCK_K):
+            kk = k0 + offs_k
+            if EVEN_K:
+                k_mask = tl.full((BLOCK_K,), 1, tl.int1)
+            else:
+                k_mask = kk < K
+            a = tl.load(a_row_ptr[:, None] + kk[None, :], mask=r_mask[:, None] & k_mask[None, :], other=0.0)
+            b = tl.load(b_row_ptr[:, None] + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
+            acc = tl.dot(b, tl.trans(a), acc)
     else:
+        b_row_ptr = b_ptr + grp.to(tl.int64) * stride_bg + offs_n.to(tl.int64) * stride_bn
+        s2_row = grp.to(tl.int64) * stride_s2g + (offs_n // 128).to(tl.int64) * 128 * PK + _swizzle_row(offs_n)
+
         a_row_ptr = a_ptr + rows.to(tl.int64) * stride_am
         sf_g = tl.load(sfoff_ptr + grp).to(tl.int64)
         s1_row = sf_g * PK + (lr // 128).to(tl.int64) * 128 * PK + _swizzle_row(lr)
@@ -405,45 +487,39 @@ def _nvfp4_gemm_kernel(
         # under 4 bytes of it, too few for the pipeliner's async copies, so it would otherwise wait on every load.
         sa_next = _load_s1(s1_ptr, s1_row, s1_mask, k_lo // 2 + tl.arange(0, BKW // 2), PK)
 
-    offs_w = tl.arange(0, BKW)
-    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BKW):
-        kw = k0 + offs_w
-        if EVEN_K:  # no mask along K, so the word loads vectorize to 16 bytes
-            k_mask = tl.full((BKW,), 1, tl.int1)
-        else:
-            k_mask = kw < KW
-        a_ptrs = a_row_ptr[:, None] + kw[None, :]
-        a_mask = r_mask[:, None] & k_mask[None, :]
-        bw = tl.load(b_row_ptr[:, None] + kw[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0)
-        # One scale per 16-element block (2 words), loaded once and then repeated per word with interleave.
-        # Loading it per word instead makes the scale load's scalar layout govern the whole dequantization
-        # (seen in the compiled sm_90 SASS: twice the instructions per k-tile, and the dequantized weights go
-        # through shared memory instead of straight into the MMA's register operand).
-        kb = k0 // 2 + tl.arange(0, BKW // 2)
-        if EVEN_K:
-            kb_mask = tl.full((BKW // 2,), 1, tl.int1)
-        else:
-            kb_mask = kb < PK
-        s_col = (kb // 4) * 512 + kb % 4  # 4 consecutive blocks are 4 consecutive bytes
-        sb = tl.load(s2_ptr + s2_row[:, None] + s_col[None, :], mask=n_mask[:, None] & kb_mask[None, :], other=0.0)
-        sb = sb.to(tl.float16) * 128.0
-        sb = tl.interleave(sb, sb)
-        if not A16:
+        offs_w = tl.arange(0, BKW)
+        for k0 in range(k_lo, k_hi, BKW):
+            kw = k0 + offs_w
+            if EVEN_K:  # no mask along K, so the word loads vectorize to 16 bytes
+                k_mask = tl.full((BKW,), 1, tl.int1)
+            else:
+                k_mask = kw < KW
+            a_ptrs = a_row_ptr[:, None] + kw[None, :]
+            a_mask = r_mask[:, None] & k_mask[None, :]
+            bw = tl.load(b_row_ptr[:, None] + kw[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0)
+            # One scale per 16-element block (2 words), loaded once and then repeated per word with interleave.
+            # Loading it per word instead makes the scale load's scalar layout govern the whole dequantization
+            # (seen in the compiled sm_90 SASS: twice the instructions per k-tile, and the dequantized weights go
+            # through shared memory instead of straight into the MMA's register operand).
+            kb = k0 // 2 + tl.arange(0, BKW // 2)
+            if EVEN_K:
+                kb_mask = tl.full((BKW // 2,), 1, tl.int1)
+            else:
+                kb_mask = kb < PK
+            s_col = (kb // 4) * 512 + kb % 4  # 4 consecutive blocks are 4 consecutive bytes
+            sb = tl.load(s2_ptr + s2_row[:, None] + s_col[None, :], mask=n_mask[:, None] & kb_mask[None, :], other=0.0)
+            sb = sb.to(tl.float16) * 128.0
+            sb = tl.interleave(sb, sb)
             aw = tl.load(a_ptrs, mask=a_mask, other=0)
             sa = sa_next
             sa_next = _load_s1(s1_ptr, s1_row, s1_mask, kb + BKW // 2, PK)
             sa = sa.to(tl.float16) * 128.0
             sa = tl.interleave(sa, sa)
-        for p in tl.static_range(4):
-            if A16:
-                a_lo = tl.load(a_ptrs + p * plane, mask=a_mask, other=0.0)
-                a_hi = tl.load(a_ptrs + (p + 4) * plane, mask=a_mask, other=0.0)
-            else:
+            for p in tl.static_range(4):
                 a_lo, a_hi = _fp4_pair(aw, sa, p)
-            b_lo, b_hi = _fp4_pair(bw, sb, p)
-            acc = tl.dot(b_lo, tl.trans(a_lo), acc)
-            acc = tl.dot(b_hi, tl.trans(a_hi), acc)
+                b_lo, b_hi = _fp4_pair(bw, sb, p)
+                acc = tl.dot(b_lo, tl.trans(a_lo), acc)
+                acc = tl.dot(b_hi, tl.trans(a_hi), acc)
 
     if SPLIT_K > 1:
         # Publish this split's partial, count arrivals; the last to arrive reduces all of them in split order.
