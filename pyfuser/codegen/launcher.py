@@ -39,6 +39,16 @@ _direct_enabled = os.environ.get("PYFUSER_DIRECT_LAUNCH", "1") != "0"
 stats = {"jit": 0, "interpreted": 0}  # launches that took those paths (direct launches are not counted)
 
 
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of host ints (``triton.cdiv`` is a Triton function: microseconds per call on the host)."""
+    return -(-a // b)
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1), of host ints."""
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
 def triton_usable(device: torch.device) -> bool:
     """Triton kernels run on CUDA devices, and on CPU tensors under the Triton interpreter."""
     return device.type == "cuda" or (device.type == "cpu" and interpreting())

@@ -22,6 +22,7 @@ from ..ir.dtypes import to_torch_dtype
 from ..ir.nodes import Scalar, TensorView, Vector
 from ..ops.registry import OpKind
 from .kernel_builder import KernelBuilder, TensorParam, kernel_source
+from .launcher import next_pow2
 from ..segment.loop_domain import LoopDomain, NotFusable, build_loop_domain, column_dims, memory_operands
 
 _SIG_DTYPE = {
@@ -37,10 +38,6 @@ class TensorMeta:
     sizes: tuple
     strides: tuple
     dtype: torch.dtype
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
 
 
 @dataclass
@@ -555,7 +552,7 @@ def row_tiles(n_cols: int) -> Optional[tuple[int, int]]:
     division and the conversions of real ones, so compute-heavy rows gain most (H200, [8191, 5000] fp32: LayerNorm
     85% -> 94% of copy bandwidth, RMSNorm 90% -> 94%, softmax 80% -> 83%). None: one power-of-two tile."""
     t = TUNING
-    width = _next_pow2(max(n_cols, 1))
+    width = next_pow2(max(n_cols, 1))
     if n_cols < t["row_tiles_min_cols"] or (width - n_cols) / width <= t["row_tiles_max_waste"]:
         return None
     for block_c in t["row_tiles_widths"]:
@@ -570,16 +567,16 @@ def _blocks(mode: str, n_rows: int, n_cols: int, itemsize: int):
     if mode == "pointwise":
         target = t["pw_elems_narrow"] if itemsize <= 2 else t["pw_elems"]
         if n_rows == 1:
-            block_c, block_r = min(_next_pow2(max(n_cols, 1)), target), 1
+            block_c, block_r = min(next_pow2(max(n_cols, 1)), target), 1
         else:
             # The widest column tile that divides the row (no masked tail), else the narrower default.
             wide = t["pw_max_block_c"]
-            block_c = min(_next_pow2(max(n_cols, 1)), wide if n_cols % wide == 0 else max(wide // 2, 1))
-            block_r = max(1, min(_next_pow2(n_rows), target // block_c))
+            block_c = min(next_pow2(max(n_cols, 1)), wide if n_cols % wide == 0 else max(wide // 2, 1))
+            block_r = max(1, min(next_pow2(n_rows), target // block_c))
         num_warps = 4 if block_r * block_c <= 2048 else t["pw_warps"]
     elif mode == "persistent":
-        block_c = _next_pow2(max(n_cols, 1))
-        block_r = max(1, min(_next_pow2(max(n_rows, 1)), t["persistent_elems"] // block_c))
+        block_c = next_pow2(max(n_cols, 1))
+        block_r = max(1, min(next_pow2(max(n_rows, 1)), t["persistent_elems"] // block_c))
         elems = block_r * block_c
         num_warps = next(w for limit, w in sorted(t["persistent_warps"].items()) if elems <= limit)
     else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..codegen.launcher import launch
+from ..codegen.launcher import launch, next_pow2
 from ..ops import offset_checks
 
 
@@ -46,10 +46,6 @@ def _group_offsets_check_kernel(starts_ptr, outs_ptr, sizes_ptr, flags_ptr, slot
     tl.store(flags_ptr + slot, tl.load(flags_ptr + slot) | flags)
 
 
-def _next_pow2(x: int) -> int:
-    return 1 << max(x - 1, 0).bit_length()
-
-
 def group_offsets_flags(c, starts, outs, sizes, flags, slot: int) -> None:
     """ORs the check's bit mask into ``flags[slot]`` (int32), on the device, without a host read."""
     if starts.device.type != "cuda":  # the interpreter has no use for it: CPU checks read the values directly
@@ -61,7 +57,7 @@ def group_offsets_flags(c, starts, outs, sizes, flags, slot: int) -> None:
     capacity = c.capacity if c.capacity is not None else 0
     launch(_group_offsets_check_kernel, (1,), tensors, (slot, g, c.m, capacity, c.n, c.k, sizes_stride),
            dict(EVERY_ROW=c.every_row, HAS_OUTS=outs is not None, HAS_SIZES=sizes is not None,
-                BLOCK=max(_next_pow2(g), 16)), 1)
+                BLOCK=max(next_pow2(g), 16)), 1)
 
 
 offset_checks.attach_device_flags(group_offsets_flags)

@@ -63,7 +63,7 @@ import triton
 import triton.language as tl
 from triton.runtime import driver
 
-from ..codegen.launcher import launch, triton_usable
+from ..codegen.launcher import cdiv, launch, next_pow2, triton_usable
 from ..ir.dtypes import to_torch_dtype
 from ..ops import narrow_precision as ops
 from ..ops.registry import attach
@@ -89,10 +89,6 @@ class GemmConfig:
     num_stages: int
 
 
-def _next_pow2(x: int) -> int:
-    return 1 << max(0, (x - 1).bit_length())
-
-
 @functools.lru_cache(maxsize=256)
 def default_config(m: int, n: int, k: int, g: int) -> GemmConfig:
     """Heuristic from the static sizes only (no host sync): tokens per expert decide decode vs prefill.
@@ -110,7 +106,7 @@ def default_config(m: int, n: int, k: int, g: int) -> GemmConfig:
       _grouped_mm (the register-operand form: 352 / 2213 us; 256 x 128 tiles: 299 / 1921 us)."""
     per_expert = -(-m // max(g, 1))
     if per_expert <= 64:
-        block_m = max(16, _next_pow2(per_expert))
+        block_m = max(16, next_pow2(per_expert))
         block_n = 128 if block_m >= 64 or g * -(-n // 128) >= 2 * _NUM_SMS else 64
         tiles = g * -(-n // block_n)
         programs = 2 * _NUM_SMS if block_m < 64 else _NUM_SMS  # 64-token tiles: 4x the MMA work per program
@@ -198,23 +194,23 @@ def nvfp4_grouped_mm(
     if mat1.data_ptr() % 4 or mat2.data_ptr() % 4:
         contract_error("mat1 and mat2 must start on a 4-byte boundary (they are read as int32 words of 8 fp4 codes)")
     kw = k // 8
-    g_block = _next_pow2(g)
+    g_block = next_pow2(g)
     s1_capacity = scale1.untyped_storage().nbytes() - scale1.storage_offset()  # e4m3: one byte per element
     # Both fp4 operands are contiguous (validated): as int32 words, mat1 is [M, K/8] and mat2 (a [G, N, K/2]
     # weight passed transposed) is [G, N, K/8], with these word strides.
     stride_am, stride_bg, stride_bn = kw, n * kw, kw
 
     bkw = max(cfg.block_k // 8, 1)  # words per k-tile
-    split = min(cfg.split_k, triton.cdiv(kw, bkw))  # every split gets at least one k-tile
+    split = min(cfg.split_k, cdiv(kw, bkw))  # every split gets at least one k-tile
     meta = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split, GROUP_M=cfg.group_m,
                 F16=cfg.predequant, EVEN_K=(kw % bkw == 0), G_BLOCK=g_block)
     common = (alpha, problem_sizes, expert_offsets, sf_offsets, out)
     ints = (m, n, kw, g, s1_capacity, stride_am, stride_bg, stride_bn, scale2.stride(0), problem_sizes.stride(0),
             out.stride(0))
 
-    def gemm(a_op, b_op, g_lo, g_hi, a_jit, b_jit):
+    def gemm(a_op, b_op, g_lo, g_hi, jit_operands):
         # Groups [g_lo, g_hi): their tiles fit in cdiv(M, BLOCK_M) + (g_hi - g_lo) m-slots (docstring).
-        grid_m, grid_n = triton.cdiv(m, cfg.block_m) + g_hi - g_lo, triton.cdiv(n, cfg.block_n)
+        grid_m, grid_n = cdiv(m, cfg.block_m) + g_hi - g_lo, cdiv(n, cfg.block_n)
         if split > 1:
             counters, workspace = _split_scratch(dev, grid_m * grid_n,
                                                  grid_m * grid_n * split * cfg.block_n * cfg.block_m)
@@ -223,16 +219,18 @@ def nvfp4_grouped_mm(
         launch(_nvfp4_gemm_kernel, (grid_m * grid_n, split, 1),
                (a_op, scale1, b_op, scale2, *common, workspace, counters), (*ints, g_lo, g_hi), meta,
                cfg.num_warps, cfg.num_stages,
-               jit_tensors=lambda: (a_jit, scale1, b_jit, scale2, *common, workspace, counters))
+               jit_tensors=lambda: (jit_operands()[0], scale1, jit_operands()[1], scale2, *common, workspace,
+                                    counters))
 
     if not cfg.predequant:
-        gemm(mat1, mat2, 0, g, _words(mat1), _words(mat2.transpose(-1, -2)))
+        # The JIT path (first launch of a specialization) takes the packed operands as int32 word views.
+        gemm(mat1, mat2, 0, g, lambda: (_words(mat1), _words(mat2.transpose(-1, -2))))
         return out
     # Prefill: both operands dequantized to fp16 (exact) by first launches, then a plain fp16 grouped GEMM. The
     # weights go through a bounded buffer, a chunk of experts at a time.
     a16 = torch.empty((m, k), dtype=torch.float16, device=dev)
     block_r, block_w = 16, 64
-    launch(_dequant_a_kernel, (triton.cdiv(m, block_r), triton.cdiv(kw, block_w), 1),
+    launch(_dequant_a_kernel, (cdiv(m, block_r), cdiv(kw, block_w), 1),
            (mat1, scale1, problem_sizes, expert_offsets, sf_offsets, a16),
            (m, kw, g, s1_capacity, stride_am, problem_sizes.stride(0)),
            dict(BLOCK_R=block_r, BLOCK_W=block_w, G_BLOCK=g_block), 4, 3,
@@ -241,11 +239,11 @@ def nvfp4_grouped_mm(
     b16 = torch.empty((chunk, n, k), dtype=torch.float16, device=dev)
     for g_lo in range(0, g, chunk):
         g_hi = min(g, g_lo + chunk)
-        launch(_dequant_b_kernel, ((g_hi - g_lo) * triton.cdiv(n, block_r), triton.cdiv(kw, block_w), 1),
+        launch(_dequant_b_kernel, ((g_hi - g_lo) * cdiv(n, block_r), cdiv(kw, block_w), 1),
                (mat2, scale2, b16), (n, kw, g_lo, stride_bg, stride_bn, scale2.stride(0)),
                dict(BLOCK_R=block_r, BLOCK_W=block_w), 4, 3,
                jit_tensors=lambda: (_words(mat2.transpose(-1, -2)), scale2, b16))
-        gemm(a16, b16, g_lo, g_hi, a16, b16)
+        gemm(a16, b16, g_lo, g_hi, lambda: (a16, b16))
     return out
 
 

@@ -55,7 +55,7 @@ import triton
 import triton.language as tl
 
 from ..codegen.kernel_builder import COMPILE_OPTIONS
-from ..codegen.launcher import Launcher, launch, triton_usable
+from ..codegen.launcher import Launcher, cdiv, launch, next_pow2, triton_usable
 from ..codegen.prologue import LoadPrologue
 from ..ops import narrow_precision as ops
 from ..ops.registry import attach
@@ -214,7 +214,7 @@ def layout_op(input: torch.Tensor, input_offsets: torch.Tensor, output_offsets: 
         pk_units = pk // unit
         bc, br = _layout_tile(pk_units, block_rows, block_cols)
         wide = max(dst.numel(), m * abs(src.stride(0)) + k * abs(src.stride(1))) >= _INT32_LIMIT
-        grid = (_cdiv(n_rows, br), _cdiv(pk_units, bc))
+        grid = (cdiv(n_rows, br), cdiv(pk_units, bc))
         launch(
             _layout_op_kernel, grid, (src, input_offsets.contiguous(), output_offsets.contiguous(), dst),
             (m, k // unit, g, src.stride(0), src.stride(1), pk_units, n_rows),
@@ -240,7 +240,7 @@ def _layout_tile(pk_units: int, block_rows: int | None, block_cols: int | None) 
     """(block_cols, block_rows): whole buffer rows when they are narrow (contiguous tiles), ~2048 units a tile.
     On the H200 (e4m3 [16384, 256], g=8) 32 x 64 units on 4 warps took 4.5 us, 0.7x a copy_ of the same bytes;
     16 to 128 rows were within 25% of it."""
-    bc = block_cols or min(_next_pow2(pk_units), 64)
+    bc = block_cols or min(next_pow2(pk_units), 64)
     br = block_rows or max(2048 // bc, 1)
     return bc, br
 
@@ -573,7 +573,7 @@ def quantize_config(M: int, K: int, block_size: int = 16) -> tuple[int, int, int
     tiles per program (the second's loads in flight while the first computes) gained 6% there; with few tiles
     (decode: [128, 4096] is 256 tiles) one per program keeps more programs than SMs, 3.1 us against 4.0."""
     block_m, block_k = 4, 512
-    tiles = 2 if _cdiv(M, block_m) * _cdiv(K, block_k) >= 2048 else 1
+    tiles = 2 if cdiv(M, block_m) * cdiv(K, block_k) >= 2048 else 1
     return block_m, block_k, tiles, 2
 
 
@@ -585,9 +585,9 @@ def _launch_quantize(x, global_scale, packed, scales, in_offsets, out_offsets, g
     M, K = x.shape
     dm, dk, dt, dw = quantize_config(M, K, block_size)
     bm, tiles, num_warps = block_m or dm, tiles or dt, num_warps or dw
-    bk = max(block_size, min(block_k or dk, _next_pow2(K)))
-    k_tiles = max(_cdiv(K, bk), 1)
-    quant_programs = _cdiv(_cdiv(M, bm) * k_tiles, tiles) if K > 0 else 0
+    bk = max(block_size, min(block_k or dk, next_pow2(K)))
+    k_tiles = max(cdiv(K, bk), 1)
+    quant_programs = cdiv(cdiv(M, bm) * k_tiles, tiles) if K > 0 else 0
     zero_programs = z_cols = 0
     unit_log2, zr, zc, units = 0, 1, 1, scales
     if layout != _PLAIN and pk > 0:
@@ -595,10 +595,10 @@ def _launch_quantize(x, global_scale, packed, scales, in_offsets, out_offsets, g
         if (K // block_size) % 4 == 0:
             unit_log2, units = 2, scales.view(torch.int32)
         pk_units = pk >> unit_log2
-        zc = min(_next_pow2(pk_units), 64)
+        zc = min(next_pow2(pk_units), 64)
         zr = max(2048 // zc, 1)
-        z_cols = _cdiv(pk_units, zc)
-        zero_programs = _cdiv(n_rows, zr) * z_cols
+        z_cols = cdiv(pk_units, zc)
+        zero_programs = cdiv(n_rows, zr) * z_cols
     if quant_programs + zero_programs == 0:
         return
     gs = global_scale if global_scale is not None else packed  # any pointer; unread when HAS_GS is False
@@ -709,16 +709,6 @@ def _check_tuning(who: str, block_m, block_k, tiles) -> None:
     _check_block(who, block_m=block_m, block_k=block_k)
     if tiles is not None and (not isinstance(tiles, int) or tiles < 1):
         raise ValueError(f"{who}: tiles must be a positive int, got {tiles}")
-
-
-# Plain-int versions of triton.cdiv / triton.next_power_of_2, which are Triton constexpr functions costing
-# microseconds per call on the host.
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
 
 
 def _round_up(n: int, mult: int) -> int:
