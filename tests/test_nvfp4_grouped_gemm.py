@@ -345,3 +345,11 @@ def test_cpu_without_interpreter_is_refused(small, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(ValueError, match="runs on CUDA tensors"):
         nvfp4_grouped_mm(*small.args, torch.bfloat16)
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="shared-memory limits exist only when compiling for a GPU")
+def test_tile_config_beyond_shared_memory_is_our_error(small):
+    # 256 x 256 fp16 tiles of 512 k in 6 stages need far more than the 227 KiB an sm_90 block may use.
+    with pytest.raises(ValueError, match="nvfp4_grouped_mm: the tile config .* does not fit this GPU"):
+        nvfp4_grouped_mm(*small.args, torch.bfloat16, predequant=True, block_m=256, block_n=256, block_k=512,
+                         num_warps=8, num_stages=6)

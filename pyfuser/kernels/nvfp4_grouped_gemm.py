@@ -62,6 +62,7 @@ import torch
 import triton
 import triton.language as tl
 from triton.runtime import driver
+from triton.runtime.errors import OutOfResources
 
 from ..codegen.launcher import cdiv, launch, next_pow2, triton_usable
 from ..ir.dtypes import to_torch_dtype
@@ -222,28 +223,35 @@ def nvfp4_grouped_mm(
                jit_tensors=lambda: (jit_operands()[0], scale1, jit_operands()[1], scale2, *common, workspace,
                                     counters))
 
-    if not cfg.predequant:
-        # The JIT path (first launch of a specialization) takes the packed operands as int32 word views.
-        gemm(mat1, mat2, 0, g, lambda: (_words(mat1), _words(mat2.transpose(-1, -2))))
-        return out
-    # Prefill: both operands dequantized to fp16 (exact) by first launches, then a plain fp16 grouped GEMM. The
-    # weights go through a bounded buffer, a chunk of experts at a time.
-    a16 = torch.empty((m, k), dtype=torch.float16, device=dev)
-    block_r, block_w = 16, 64
-    launch(_dequant_a_kernel, (cdiv(m, block_r), cdiv(kw, block_w), 1),
-           (mat1, scale1, problem_sizes, expert_offsets, sf_offsets, a16),
-           (m, kw, g, s1_capacity, stride_am, problem_sizes.stride(0)),
-           dict(BLOCK_R=block_r, BLOCK_W=block_w, G_BLOCK=g_block), 4, 3,
-           jit_tensors=lambda: (_words(mat1), scale1, problem_sizes, expert_offsets, sf_offsets, a16))
-    chunk = max(1, min(g, F16_WEIGHT_BUDGET // (2 * n * k)))
-    b16 = torch.empty((chunk, n, k), dtype=torch.float16, device=dev)
-    for g_lo in range(0, g, chunk):
-        g_hi = min(g, g_lo + chunk)
-        launch(_dequant_b_kernel, ((g_hi - g_lo) * cdiv(n, block_r), cdiv(kw, block_w), 1),
-               (mat2, scale2, b16), (n, kw, g_lo, stride_bg, stride_bn, scale2.stride(0)),
-               dict(BLOCK_R=block_r, BLOCK_W=block_w), 4, 3,
-               jit_tensors=lambda: (_words(mat2.transpose(-1, -2)), scale2, b16))
-        gemm(a16, b16, g_lo, g_hi, lambda: (a16, b16))
+    def launches():
+        """The launches of one call: the GEMM alone, or (predequant) the two dequantizations and a GEMM per chunk."""
+        if not cfg.predequant:
+            # The JIT path (first launch of a specialization) takes the packed operands as int32 word views.
+            gemm(mat1, mat2, 0, g, lambda: (_words(mat1), _words(mat2.transpose(-1, -2))))
+            return
+        # Prefill: both operands dequantized to fp16 (exact) by first launches, then a plain fp16 grouped GEMM. The
+        # weights go through a bounded buffer, a chunk of experts at a time.
+        a16 = torch.empty((m, k), dtype=torch.float16, device=dev)
+        block_r, block_w = 16, 64
+        launch(_dequant_a_kernel, (cdiv(m, block_r), cdiv(kw, block_w), 1),
+               (mat1, scale1, problem_sizes, expert_offsets, sf_offsets, a16),
+               (m, kw, g, s1_capacity, stride_am, problem_sizes.stride(0)),
+               dict(BLOCK_R=block_r, BLOCK_W=block_w, G_BLOCK=g_block), 4, 3,
+               jit_tensors=lambda: (_words(mat1), scale1, problem_sizes, expert_offsets, sf_offsets, a16))
+        chunk = max(1, min(g, F16_WEIGHT_BUDGET // (2 * n * k)))
+        b16 = torch.empty((chunk, n, k), dtype=torch.float16, device=dev)
+        for g_lo in range(0, g, chunk):
+            g_hi = min(g, g_lo + chunk)
+            launch(_dequant_b_kernel, ((g_hi - g_lo) * cdiv(n, block_r), cdiv(kw, block_w), 1),
+                   (mat2, scale2, b16), (n, kw, g_lo, stride_bg, stride_bn, scale2.stride(0)),
+                   dict(BLOCK_R=block_r, BLOCK_W=block_w), 4, 3,
+                   jit_tensors=lambda: (_words(mat2.transpose(-1, -2)), scale2, b16))
+            gemm(a16, b16, g_lo, g_hi, lambda: (a16, b16))
+
+    try:
+        launches()
+    except OutOfResources as e:  # a tile config (given, or the default on a smaller GPU) the device cannot hold
+        contract_error(f"the tile config {cfg} does not fit this GPU ({e}); choose smaller blocks or fewer stages")
     return out
 
 
