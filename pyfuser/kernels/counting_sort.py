@@ -1,0 +1,128 @@
+"""Counting sort of small-range integer keys in one Triton program: a stable argsort, its inverse permutation
+and the histogram of the keys, all from two passes over the keys.
+
+For keys known to lie in ``[0, n_bins)`` (segment/counting_sort.py says when the segmenter uses this), the stable
+ascending argsort is a counting sort: count each key (pass 1), scan the counts into each key's first position,
+then give every element the first free position of its key, in index order (pass 2). ``perm[pos] = i`` is the
+argsort, and ``inv[i] = pos`` is its inverse permutation (= the argsort of ``perm``). Both passes walk the keys in
+blocks of ``BLOCK_M`` against all ``BLOCK_B`` bins at once (an [BLOCK_M, BLOCK_B] one-hot tile), so registers stay
+bounded whatever the number of keys: the running counts carry the order from block to block.
+
+One program does everything (a single CTA: the scan needs every count, and one launch is the point), so the kernel
+is meant for the few thousand to few tens of thousands of keys of an MoE routing table, not for millions.
+
+An *epilogue* may follow in the same launch: a generated single-program kernel (codegen/epilogue.py) that reads
+the counts this program wrote, called after a barrier (a CTA-wide barrier makes the program's global writes
+visible to all its threads).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ..codegen.kernel_builder import COMPILE_OPTIONS
+from ..codegen.launcher import Launcher
+
+MAX_BINS = 1024  # more distinct keys than this stay on ATen's sort (the one-hot tile would be too narrow in M)
+_TILE_ELEMS = 8192  # elements of the one-hot tile: BLOCK_M * BLOCK_B
+_MAX_BLOCK_M = 1024
+
+
+def block_sizes(n_bins: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_B, num_warps) for ``n_bins`` bins: 8 bins -> a [1024, 8] tile, 8 warps."""
+    block_b = triton.next_power_of_2(max(n_bins, 1))
+    block_m = max(16, min(_MAX_BLOCK_M, _TILE_ELEMS // block_b))
+    num_warps = 8 if block_m * block_b >= 4096 else 4
+    return block_m, block_b, num_warps
+
+
+@triton.jit
+def _counting_sort(keys_ptr, perm_ptr, inv_ptr, counts_ptr, m, keys_stride, perm_stride, inv_stride, n_counts,
+                   counts_stride, BLOCK_M: tl.constexpr, BLOCK_B: tl.constexpr, HAS_PERM: tl.constexpr,
+                   HAS_INV: tl.constexpr, HAS_COUNTS: tl.constexpr):
+    bins = tl.arange(0, BLOCK_B)
+    # Pass 1: the histogram. Masked-off lanes load -1, which matches no bin.
+    counts = tl.zeros([BLOCK_B], dtype=tl.int32)
+    for start in range(0, m, BLOCK_M):
+        offs = start + tl.arange(0, BLOCK_M)
+        key = tl.load(keys_ptr + offs.to(tl.int64) * keys_stride, mask=offs < m, other=-1).to(tl.int32)
+        counts += tl.sum((key[:, None] == bins[None, :]).to(tl.int32), axis=0)
+    if HAS_PERM or HAS_INV:
+        # Pass 2: each element's position = first position of its key + equal keys before it (index order, so the
+        # sort is stable). ``base`` holds, per key, the next free position after the blocks already placed.
+        base = tl.cumsum(counts, axis=0) - counts
+        for start in range(0, m, BLOCK_M):
+            offs = start + tl.arange(0, BLOCK_M)
+            ok = offs < m
+            key = tl.load(keys_ptr + offs.to(tl.int64) * keys_stride, mask=ok, other=-1).to(tl.int32)
+            hit = (key[:, None] == bins[None, :]).to(tl.int32)
+            before = tl.cumsum(hit, axis=0) - hit
+            pos = tl.sum(hit * (base[None, :] + before), axis=1)
+            if HAS_PERM:
+                tl.store(perm_ptr + pos.to(tl.int64) * perm_stride, offs.to(tl.int64), mask=ok)
+            if HAS_INV:
+                tl.store(inv_ptr + offs.to(tl.int64) * inv_stride, pos.to(tl.int64), mask=ok)
+            base += tl.sum(hit, axis=0)
+    if HAS_COUNTS:
+        tl.store(counts_ptr + bins * counts_stride, counts.to(counts_ptr.dtype.element_ty), mask=bins < n_counts)
+
+
+@triton.jit
+def _counting_sort_kernel(keys_ptr, perm_ptr, inv_ptr, counts_ptr, m, keys_stride, perm_stride, inv_stride,
+                          n_counts, counts_stride, BLOCK_M: tl.constexpr, BLOCK_B: tl.constexpr,
+                          HAS_PERM: tl.constexpr, HAS_INV: tl.constexpr, HAS_COUNTS: tl.constexpr):
+    _counting_sort(keys_ptr, perm_ptr, inv_ptr, counts_ptr, m, keys_stride, perm_stride, inv_stride, n_counts,
+                   counts_stride, BLOCK_M, BLOCK_B, HAS_PERM, HAS_INV, HAS_COUNTS)
+
+
+@triton.jit
+def _counting_sort_epilogue_kernel(keys_ptr, perm_ptr, inv_ptr, counts_ptr, m, keys_stride, perm_stride,
+                                   inv_stride, n_counts, counts_stride, EPI_ARGS, BLOCK_M: tl.constexpr,
+                                   BLOCK_B: tl.constexpr, HAS_PERM: tl.constexpr, HAS_INV: tl.constexpr,
+                                   HAS_COUNTS: tl.constexpr, EPILOGUE: tl.constexpr):
+    # A separate entry: the epilogue's arguments travel as one tuple, which the plain kernel does not take.
+    _counting_sort(keys_ptr, perm_ptr, inv_ptr, counts_ptr, m, keys_stride, perm_stride, inv_stride, n_counts,
+                   counts_stride, BLOCK_M, BLOCK_B, HAS_PERM, HAS_INV, HAS_COUNTS)
+    tl.debug_barrier()  # the counts (and perm/inv) stored above are read back by the epilogue's threads
+    EPILOGUE(EPI_ARGS)
+
+
+_LAUNCHERS: dict = {}  # (with epilogue, num_warps) -> Launcher
+
+
+def _launcher(with_epilogue: bool, num_warps: int) -> Launcher:
+    key = (with_epilogue, num_warps)
+    launcher = _LAUNCHERS.get(key)
+    if launcher is None:
+        # Compiled as generated kernels are (no multiply-add contraction, no flushed subnormals): the epilogue's
+        # ops must round as they do op by op. (The sort itself is integer work, exact under any options.)
+        fn = _counting_sort_epilogue_kernel if with_epilogue else _counting_sort_kernel
+        launcher = _LAUNCHERS.setdefault(key, Launcher(fn, num_warps, compile_options=COMPILE_OPTIONS))
+    return launcher
+
+
+def counting_sort(keys: torch.Tensor, n_bins: int, perm: Optional[torch.Tensor] = None,
+                  inv: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None,
+                  epilogue: Optional[tuple] = None) -> None:
+    """Writes, for 1-D integer ``keys`` whose every value lies in ``[0, n_bins)`` (the caller's guarantee, not
+    checked): ``perm`` = torch.argsort(keys, stable=True), ``inv`` = its inverse permutation (torch.argsort(perm)),
+    ``counts[e]`` = number of keys equal to e for e < counts.numel() (all 1-D, any strides; each may be None).
+    ``epilogue`` = (jit function, argument tuple) runs after them in the same program."""
+    m = keys.numel()
+    n_counts = counts.numel() if counts is not None else 0
+    block_m, block_b, num_warps = block_sizes(max(n_bins, n_counts))
+    any_out = keys
+    stride = lambda t: t.stride(0) if t is not None else 0  # noqa: E731
+    tensors = [keys, perm if perm is not None else any_out, inv if inv is not None else any_out,
+               counts if counts is not None else any_out]
+    ints = [m, stride(keys), stride(perm), stride(inv), n_counts, stride(counts)]
+    flags = (block_m, block_b, perm is not None, inv is not None, counts is not None)
+    if epilogue is None:
+        _launcher(False, num_warps).launch((1,), tensors, ints, flags)
+    else:
+        fn, args = epilogue
+        _launcher(True, num_warps).launch((1,), tensors, ints + [args], (*flags, fn))
