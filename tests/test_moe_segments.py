@@ -5,6 +5,7 @@ run without load prologues (the gather and SiLU*up producers as kernels of their
 
 from __future__ import annotations
 
+import pytest
 import torch
 from harness import DEVICE
 
@@ -15,14 +16,13 @@ from pyfuser.segment import segmenter
 TINY = moe.MoEConfig(hidden=128, intermediate=64, experts=4, top_k=2)
 
 # What runs, segment by segment (kind, ops that must be in it). 15 segments before top-k, index_select and the
-# offsets/tables merge, 12 before the quantize kernels took load prologues; the rest is bounded by the segmenter's
-# rules (docs/codegen.md, "The MoE layer").
+# offsets/tables merge, 12 before the quantize kernels took load prologues, 10 before the counting sort; the rest
+# is bounded by the segmenter's rules (docs/codegen.md, "The MoE layer").
 EXPECTED = [
     ("ExprEval", {"linear"}),
     ("InnerPersistent", {"max", "exp", "topk"}),  # softmax, top-k, renormalised weights: one kernel
-    ("ExprEval", {"argsort"}),
-    ("Reduction", {"eq", "sum"}),  # tokens per expert
-    ("InnerPersistent", {"cumsum", "cat", "full"}),  # both offset scans and both problem-size tables
+    # both argsorts, tokens per expert, both offset scans and both problem-size tables: one launch
+    ("CountingSort", {"argsort", "eq", "sum", "cumsum", "cat", "full"}),
     # permuted rows of x gathered by flat index // k inside the quantize kernel (its load prologue)
     ("PointWise", {"div", "index_select", "nv_grouped_block_quantize"}),
     ("ExprEval", {"cutlass_nvfp4_grouped_mm"}),
@@ -75,15 +75,37 @@ def test_moe_layer_segments_and_values_as_before(monkeypatch):
     for seg, report, (kind, ops) in zip(segments, reports, EXPECTED):
         names = {e.op.name for e in seg.exprs}
         assert seg.kind.value == kind and ops <= names, (seg.index, seg.kind.value, sorted(names))
-        if kind != "ExprEval" and "nv_grouped_block_quantize" not in names:
+        if kind == "CountingSort":  # the counting sort with the offsets kernel as its epilogue: one launch
+            assert [st.kind for st in report.steps] == ["aten", "op kernel", "aten"], str(report)  # views around it
+            assert "counting_sort + epilogue pf_persistent_" in str(report), str(report)
+        elif kind != "ExprEval" and "nv_grouped_block_quantize" not in names:
             assert "triton kernel" in str(report), str(report)  # a generated kernel, not the ATen fallback
         if "nv_grouped_block_quantize" in names:  # the producer runs inside the kernel, not on ATen
             assert "+ load prologue pf_" in report.reason, str(report)
     (before,) = _old_fusion(TINY, T).execute(layer.inputs(x))
     assert torch.equal(out.view(torch.int16), before.view(torch.int16))
-    # Without prologues: the gather and SiLU * up are kernels of their own (12 segments), same bits.
+    # Without the counting sort: the argsorts on ATen, counts and offsets as two kernels (10 segments), same bits.
+    monkeypatch.setattr(segmenter, "merge_counting_sorts", lambda fusion, pieces, *kinds: (pieces, {}))
+    unsorted = moe.MoENVFP4(TINY, weights)
+    (aten_sort,) = unsorted.fusion(T).execute(unsorted.inputs(x))
+    assert len(unsorted.fusion(T).segments()) == 10
+    assert torch.equal(out.view(torch.int16), aten_sort.view(torch.int16))
+    # Without prologues either: the gather and SiLU * up are kernels of their own (12 segments), same bits.
     monkeypatch.setattr(segmenter, "_merge_prologues", lambda fusion, pieces: (pieces, {}))
     unfused = moe.MoENVFP4(TINY, weights)
     (alone,) = unfused.fusion(T).execute(unfused.inputs(x))
     assert len(unfused.fusion(T).segments()) == 12
     assert torch.equal(out.view(torch.int16), alone.view(torch.int16))
+
+
+@pytest.mark.parametrize("tokens", [16, 8192])
+def test_moe_layer_segment_count_at_serving_shapes(tokens):
+    """The layer's segments at the benchmark's token counts (T = 16 decode, T = 8192 prefill: M = 16384 keys for
+    the counting sort, whose values tests/test_counting_sort.py checks at that size), with small H and I: 8."""
+    cfg = moe.MoEConfig(hidden=128, intermediate=64, experts=8, top_k=2)
+    with FusionDefinition() as fd:
+        moe.define_moe(fd, cfg, tokens)
+    segments = segmenter.segment_fusion(fd.fusion).segments
+    assert [s.kind.value for s in segments] == [k for k, _ in EXPECTED], segments
+    for seg, (kind, ops) in zip(segments, EXPECTED):
+        assert ops <= {e.op.name for e in seg.exprs}, seg

@@ -49,7 +49,9 @@ def infer_layouts(segmented: SegmentedFusion, flat_inputs: Sequence[Any], option
         for seg in segmented.segments:
             run_exprs(seg.exprs, env)
             STATS["segments_inferred"] += 1
-            for out in seg.outputs + seg.prologue_outputs:  # (a load prologue is planned with a layout)
+            # (a load prologue is planned with a layout, and so are a counting sort's inner tensors)
+            planned = seg.counting_sort.planned_tensors() if seg.counting_sort is not None else []
+            for out in seg.outputs + seg.prologue_outputs + planned:
                 if not isinstance(out, TensorView):
                     continue
                 t = env.value(out)

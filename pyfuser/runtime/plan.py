@@ -24,6 +24,7 @@ from ..ir.nodes import Scalar, TensorView, Val, Vector
 from ..ops.registry import OpKind
 from ..segment.loop_domain import NotFusable
 from ..segment.segmenter import SchedulerKind, Segment, SegmentedFusion
+from .counting_sort_step import counting_sort_steps
 from .steps import (CallStep, KernelStep, LayoutCheckStep, PrologueStep, StepReport, compile_binder, resolving_bits,
                     scalar_args)
 
@@ -71,6 +72,8 @@ class ExecutionPlan:
     """Steps over slots, plus how to bind inputs and collect outputs. ``segment_steps[i]`` lists the steps
     segment ``i`` runs (for introspection); ``steps`` is the flat order."""
 
+    guards_and_scalars = staticmethod(_guards_and_scalars)  # (for counting_sort_step.py, which plan.py imports)
+
     def __init__(self, runtime, flat_inputs: Sequence[Any]):
         segmented: SegmentedFusion = runtime.segmented
         fusion = segmented.fusion
@@ -108,6 +111,8 @@ class ExecutionPlan:
     def _segment_steps(self, seg: Segment, slots: SlotMap, runtime, input_metas, use_kernels: bool,
                        expr_eval_outputs: set) -> tuple[list, str]:
         """The steps of one segment and, when it runs on ATen, why."""
+        if seg.kind is SchedulerKind.COUNTING_SORT:
+            return counting_sort_steps(self, seg, slots, runtime, input_metas, use_kernels, expr_eval_outputs)
         own_kernel = any(e.op.kind is OpKind.OWN_KERNEL for e in seg.exprs)
         if seg.kind is SchedulerKind.EXPR_EVAL or own_kernel:
             expr_eval_outputs.update(id(o) for o in seg.outputs)

@@ -12,7 +12,9 @@ Triton lowering yet, and zero-copy view chains). The segmenter
    produced by earlier segments, so the order is a valid schedule;
 3. merges a pointwise kernel into the hand-written kernel op it feeds, as that op's *load prologue*, where the
    op declares one on that input (``node.info["prologue_input"]``: the quantize kernels compute their input
-   tile through a generated function instead of reading it from memory, codegen/prologue.py).
+   tile through a generated function instead of reading it from memory, codegen/prologue.py);
+4. makes a 1-D stable argsort of keys with a small proven value range, its inverse, the one-hot count of its keys
+   and the kernel work reading that count one CountingSort segment (segment/counting_sort.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..ir.nodes import Expr, Scalar, TensorView, Val, Vector
 from ..ir.packing import is_packed_fp4
 from ..ir.order import print_order
 from ..ops.registry import OpKind
+from .counting_sort import CountingSortGroup, merge_counting_sorts
 from .loop_domain import (
     RELOCATING_OPS,
     NotFusable,
@@ -41,6 +44,7 @@ class SchedulerKind(enum.Enum):
     POINTWISE = "PointWise"
     REDUCTION = "Reduction"
     INNER_PERSISTENT = "InnerPersistent"
+    COUNTING_SORT = "CountingSort"  # a 1-D argsort of small-range keys and its by-products (counting_sort.py)
 
     def __repr__(self) -> str:
         return f"SchedulerKind.{self.name}"
@@ -57,6 +61,8 @@ class Segment:
     # its exprs, and the tensors it hands to the op inside the segment (never written to memory by the kernels).
     prologue_exprs: list[Expr] = field(default_factory=list)
     prologue_outputs: list[TensorView] = field(default_factory=list)
+    # A CountingSort segment's parts (segment/counting_sort.py: the sort, its inverse, histogram, epilogue).
+    counting_sort: Optional[CountingSortGroup] = None
 
     def __repr__(self) -> str:
         ops = ", ".join(e.op.name for e in self.exprs)
@@ -77,6 +83,7 @@ class SegmentedFusion:
 _EXPR_EVAL = "expr_eval"
 _KERNEL = "kernel"
 _OWN_KERNEL = "own_kernel"  # an op with its own hand-written kernel: always a segment of its own
+_COUNTING_SORT = "counting_sort"  # a counting-sort group (segment/counting_sort.py)
 
 
 def _touches_packed_fp4(e: Expr) -> bool:
@@ -289,10 +296,12 @@ def segment_fusion(fusion: Fusion) -> SegmentedFusion:
         split.extend((k, piece) for piece in (_split_kernel_group(g) if k == _KERNEL else [g]))
     split = _merge_neighbour_kernels(split)
     split, prologues = _merge_prologues(fusion, split)
+    split, counting_sorts = merge_counting_sorts(fusion, split, _EXPR_EVAL, _KERNEL, _COUNTING_SORT)
     segments = [Segment(i, _scheduler_kind(k, g), g) for i, (k, g) in enumerate(split)]
     for seg in segments:
         if id(seg.exprs[-1]) in prologues:
             seg.prologue_exprs, seg.prologue_outputs = prologues[id(seg.exprs[-1])]
+        seg.counting_sort = counting_sorts.get(id(seg.exprs[0])) if seg.kind is SchedulerKind.COUNTING_SORT else None
     _wire(fusion, segments)
     return SegmentedFusion(fusion, segments)
 
@@ -365,6 +374,8 @@ def _scheduler_kind(kind: Optional[str], exprs: list[Expr]) -> SchedulerKind:
         return SchedulerKind.EXPR_EVAL
     if kind == _OWN_KERNEL:  # scheduled like a pointwise op over its input (layout_op.md)
         return SchedulerKind.POINTWISE
+    if kind == _COUNTING_SORT:
+        return SchedulerKind.COUNTING_SORT
     reductions = [e for e in exprs if column_dims(e)]
     if not reductions:
         return SchedulerKind.POINTWISE
