@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-from ..ir.nodes import Scalar, TensorView, Vector
+from ..ir.fusion import external_inputs
+from ..ir.nodes import TensorView
 from ..segment.loop_domain import NotFusable
 from .kernel_builder import PRELUDE, TL_DTYPE, Emitter, _expr, _Scope
 from .plan import KernelPlan, TensorMeta, plan_kernel
@@ -64,16 +65,7 @@ class ProloguePlan:
 def prologue_segment(exprs: list, output: TensorView) -> SimpleNamespace:
     """The producer exprs of a merged segment seen as a kernel segment of their own (what plan_kernel reads):
     the values they read from outside, and ``output``."""
-    made = {id(o) for e in exprs for o in e.outputs}
-    inputs, seen = [], set()
-    for e in exprs:
-        for v in e.inputs:
-            if isinstance(v, Vector) or (isinstance(v, Scalar) and v.is_constant):
-                continue
-            if id(v) not in made and id(v) not in seen:
-                seen.add(id(v))
-                inputs.append(v)
-    return SimpleNamespace(exprs=list(exprs), inputs=inputs, outputs=[output])
+    return SimpleNamespace(exprs=list(exprs), inputs=external_inputs(exprs), outputs=[output])
 
 
 def plan_prologue(segment, metas: dict, scalar_exprs: list) -> ProloguePlan:

@@ -106,3 +106,17 @@ class FusionGuard:
 
 
 __all__ = ["Fusion", "FusionGuard", "current_fusion", "Scalar", "Vector", "TensorView"]
+
+
+def external_inputs(exprs: list) -> list:
+    """The values ``exprs`` read that none of them makes (constants and vectors aside), in first-read order."""
+    made = {id(o) for e in exprs for o in e.outputs}
+    inputs, seen = [], set()
+    for e in exprs:
+        for v in e.inputs:
+            if isinstance(v, Vector) or (isinstance(v, Scalar) and v.is_constant):
+                continue
+            if id(v) not in made and id(v) not in seen:
+                seen.add(id(v))
+                inputs.append(v)
+    return inputs

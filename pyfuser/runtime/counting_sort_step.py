@@ -17,7 +17,8 @@ from ..codegen.compiler import load_kernel
 from ..codegen.epilogue import EpiloguePlan, plan_epilogue
 from ..codegen.plan import plan_kernel, segment_metas
 from ..ir.dtypes import to_torch_dtype
-from ..ir.nodes import Scalar, TensorView, Vector
+from ..ir.fusion import external_inputs
+from ..ir.nodes import Scalar, Vector
 from ..kernels.counting_sort import MAX_BINS, block_sizes, counting_sort
 from ..segment.counting_sort import CountingSortGroup
 from ..segment.loop_domain import NotFusable
@@ -125,7 +126,7 @@ def counting_sort_steps(planner, seg, slots, runtime, input_metas: dict, use_ker
 def _epilogue_segment(seg, group: CountingSortGroup) -> SimpleNamespace:
     """The epilogue seen as a kernel segment of its own (what plan_kernel reads)."""
     wanted = {id(o) for o in seg.outputs}
-    return SimpleNamespace(index=seg.index, exprs=group.epilogue, inputs=_inputs_of(group.epilogue),
+    return SimpleNamespace(index=seg.index, exprs=group.epilogue, inputs=external_inputs(group.epilogue),
                            outputs=[o for e in group.epilogue for o in e.outputs if id(o) in wanted])
 
 
@@ -158,17 +159,4 @@ def _chain_epilogue(planner, step: CountingSortStep, seg, group: CountingSortGro
     step.name = f"counting_sort + epilogue {kplan.name}"
     step.epi_fn = load_kernel(eplan.source, eplan.name, owner=step)
     return ""
-
-
-def _inputs_of(exprs: list) -> list:
-    made = {id(o) for e in exprs for o in e.outputs}
-    inputs, seen = [], set()
-    for e in exprs:
-        for v in e.inputs:
-            if isinstance(v, Vector) or (isinstance(v, Scalar) and v.is_constant):
-                continue
-            if id(v) not in made and id(v) not in seen:
-                seen.add(id(v))
-                inputs.append(v)
-    return inputs
 
