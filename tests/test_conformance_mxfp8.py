@@ -104,15 +104,19 @@ def test_mxfp8_values_and_scales_match_reference(dtype):
 
 def test_mxfp8_scale_is_smallest_power_of_two_covering_amax():
     """Scales round up (nvFuser and Transformer Engine; note torch's cast to e8m0 rounds to nearest instead), so no
-    value saturates, and dequantizing gives x back to e4m3's precision."""
+    value saturates, and dequantizing gives x back to e4m3's precision: half an ulp, 2**-4 relative for normal
+    e4m3 values, and for values below e4m3's normal range (x / scale < 2**-6) half the subnormal step, 2**-10 times
+    the scale (a random block has such a value now and then: the H200's data had one, off by 10% relative)."""
     x = make((8, 256))
     x = x * torch.logspace(-20, 20, 8, device=x.device).unsqueeze(1)
     outs = define(_fusion(2, DataType.Float)).execute([x])
     amax = x.reshape(8, 8, 32).abs().amax(-1).double()
     scale = outs[1].float().double()
     assert (scale >= amax / 448).all() and (scale / 2 < amax * F32_RCP_448).all()
-    deq = outs[0].float().reshape(8, 8, 32) * outs[1].float().unsqueeze(-1)
-    torch.testing.assert_close(deq.reshape(8, 256), x, rtol=2 ** -4, atol=0)
+    deq = outs[0].double().reshape(8, 8, 32) * scale.unsqueeze(-1)
+    xb = x.double().reshape(8, 8, 32)
+    bound = torch.maximum(xb.abs() * 2 ** -4, scale.unsqueeze(-1) * 2 ** -10)
+    assert ((deq - xb).abs() <= bound).all()
 
 
 def test_mxfp8_rank3_non_contiguous_input():
