@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from ..codegen.kernel_builder import COMPILE_OPTIONS
-from ..codegen.launcher import Launcher
+from ..codegen.launcher import Launcher, next_pow2
 
 MAX_BINS = 1024  # more distinct keys than this stay on ATen's sort (the one-hot tile would be too narrow in M)
 _TILE_ELEMS = 8192  # elements of the one-hot tile: BLOCK_M * BLOCK_B
@@ -34,7 +34,7 @@ _MAX_BLOCK_M = 1024
 
 def block_sizes(n_bins: int) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_B, num_warps) for ``n_bins`` bins: 8 bins -> a [1024, 8] tile, 8 warps."""
-    block_b = triton.next_power_of_2(max(n_bins, 1))
+    block_b = next_pow2(max(n_bins, 1))
     block_m = max(16, min(_MAX_BLOCK_M, _TILE_ELEMS // block_b))
     num_warps = 8 if block_m * block_b >= 4096 else 4
     return block_m, block_b, num_warps
