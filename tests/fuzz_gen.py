@@ -1463,7 +1463,20 @@ class Generator:
         values, indices = self.b.apply("topk", x, k, dim, r.random() < 0.7)
         if r.random() < 0.5 and values.is_float:  # renormalised, as the MoE router's weights
             values = self.b.apply("div", values, self.b.apply("add", self.b.apply("abs", values), 1.0))
+        if r.random() < 0.35 and indices.numel >= 2:  # (a draw only topk programs make: other seeds unchanged)
+            return self._routing(indices)
         return values
+
+    def _routing(self, indices: Val) -> Val:
+        """The MoE router's index pattern: the top-k indices flattened and stably argsorted (keys whose range the
+        IR proves, so a counting-sort segment: segment/counting_sort.py), half of the time with the inverse
+        permutation (an argsort of the permutation, stable or not: its values are distinct)."""
+        r = self.rng
+        flat = self.b.apply("reshape", indices, [indices.numel])
+        perm = self.b.apply("argsort", flat, 0, False, True)
+        if r.random() < 0.5:
+            return self.b.apply("argsort", perm, 0, False, r.random() < 0.5)
+        return perm
 
     FAMILIES = [("unary", 24), ("binary", 26), ("where", 6), ("cast", 8), ("clamp", 2), ("view", 14),
                 ("reduction", 14), ("softmax", 3), ("layernorm", 3), ("index_select", 3), ("topk", 1),
