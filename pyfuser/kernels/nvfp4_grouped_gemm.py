@@ -310,15 +310,23 @@ def _fp4_natural(w, scale):
 
 
 @triton.jit
-def _swizzle_row(r):
-    """The row part of the 128x4 swizzle's flat position (pk = K/16 columns): see layout_op.md."""
-    return (r % 32) * 16 + ((r % 128) // 32) * 4
+def _scale_row(base, r, PK):
+    """Flat offset of row r's first scale in a 128x4-swizzled scale matrix of PK = K/16 columns starting at
+    ``base`` (int64): whole 128-row tiles, then the row's place inside its tile (see layout_op.md)."""
+    return base + (r // 128).to(tl.int64) * 128 * PK + (r % 32) * 16 + ((r % 128) // 32) * 4
 
 
 @triton.jit
-def _load_s1(s1_ptr, s1_row, s1_mask, kb, PK):
-    s_col = (kb // 4) * 512 + kb % 4
-    return tl.load(s1_ptr + s1_row[:, None] + s_col[None, :], mask=s1_mask[:, None] & (kb < PK)[None, :], other=0.0)
+def _scale_col(kb):
+    """The column part of the swizzle: 4 consecutive 16-element blocks are 4 consecutive bytes."""
+    return (kb // 4) * 512 + kb % 4
+
+
+@triton.jit
+def _load_scales(s_ptr, s_row, row_mask, kb, PK):
+    """e4m3 scales [rows, blocks kb] of a swizzled matrix; zeros where the row is masked or kb >= PK."""
+    return tl.load(s_ptr + s_row[:, None] + _scale_col(kb)[None, :], mask=row_mask[:, None] & (kb < PK)[None, :],
+                   other=0.0)
 
 
 @triton.jit
@@ -358,14 +366,14 @@ def _dequant_a_kernel(
     sf = tl.load(sfoff_ptr + grp, mask=covered, other=0).to(tl.int64)
 
     PK = KW // 2  # scale columns (a multiple of 4: K % 64 == 0)
-    s1_row = sf * PK + (lr // 128).to(tl.int64) * 128 * PK + _swizzle_row(lr)
+    s1_row = _scale_row(sf * PK, lr, PK)
     # Bound scale1 reads by its storage per row (a row's last scale sits at +(PK/4-1)*512+3).
     s1_mask = covered & (s1_row + (PK // 4 - 1) * 512 + 4 <= s1_capacity)
     kw = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
     k_mask = kw < KW
     rows64 = rows.to(tl.int64)
     w = tl.load(a_ptr + rows64[:, None] * stride_am + kw[None, :], mask=covered[:, None] & k_mask[None, :], other=0)
-    sa = _load_s1(s1_ptr, s1_row, s1_mask, pid_w * (BLOCK_W // 2) + tl.arange(0, BLOCK_W // 2), PK)
+    sa = _load_scales(s1_ptr, s1_row, s1_mask, pid_w * (BLOCK_W // 2) + tl.arange(0, BLOCK_W // 2), PK)
     sa = sa.to(tl.float16) * 128.0
     sa = tl.interleave(sa, sa)  # one scale per 16 values = 2 words
 
@@ -394,9 +402,7 @@ def _dequant_b_kernel(
     w = tl.load(b_ptr + e * stride_bg + rows64[:, None] * stride_bn + kw[None, :],
                 mask=r_mask[:, None] & k_mask[None, :], other=0)
     kb = tl.program_id(1) * (BLOCK_W // 2) + tl.arange(0, BLOCK_W // 2)
-    s_row = e * stride_s2g + (rows // 128).to(tl.int64) * 128 * PK + _swizzle_row(rows)
-    s_col = (kb // 4) * 512 + kb % 4
-    sb = tl.load(s2_ptr + s_row[:, None] + s_col[None, :], mask=r_mask[:, None] & (kb < PK)[None, :], other=0.0)
+    sb = _load_scales(s2_ptr, _scale_row(e * stride_s2g, rows, PK), r_mask, kb, PK)
     sb = sb.to(tl.float16) * 128.0
     vals = _fp4_natural(w, tl.interleave(sb, sb))
     cols = tl.program_id(1) * (8 * BLOCK_W) + tl.arange(0, 8 * BLOCK_W)
@@ -481,17 +487,17 @@ def _nvfp4_gemm_kernel(
             acc = tl.dot(b, tl.trans(a), acc)
     else:
         b_row_ptr = b_ptr + grp.to(tl.int64) * stride_bg + offs_n.to(tl.int64) * stride_bn
-        s2_row = grp.to(tl.int64) * stride_s2g + (offs_n // 128).to(tl.int64) * 128 * PK + _swizzle_row(offs_n)
+        s2_row = _scale_row(grp.to(tl.int64) * stride_s2g, offs_n, PK)
 
         a_row_ptr = a_ptr + rows.to(tl.int64) * stride_am
         sf_g = tl.load(sfoff_ptr + grp).to(tl.int64)
-        s1_row = sf_g * PK + (lr // 128).to(tl.int64) * 128 * PK + _swizzle_row(lr)
+        s1_row = _scale_row(sf_g * PK, lr, PK)
         # Bound scale1 reads by its storage per ROW (a row's last scale sits at +(PK/4-1)*512+3): an element-wise
         # bound would make the mask vary along K, and the scale loads could no longer be vectorized and pipelined.
         s1_mask = r_mask & (s1_row + (PK // 4 - 1) * 512 + 4 <= s1_capacity)
         # scale1 is prefetched one k-tile ahead by hand: at decode tiles (16 rows x BLOCK_K/16 bytes) a thread holds
         # under 4 bytes of it, too few for the pipeliner's async copies, so it would otherwise wait on every load.
-        sa_next = _load_s1(s1_ptr, s1_row, s1_mask, k_lo // 2 + tl.arange(0, BKW // 2), PK)
+        sa_next = _load_scales(s1_ptr, s1_row, s1_mask, k_lo // 2 + tl.arange(0, BKW // 2), PK)
 
         offs_w = tl.arange(0, BKW)
         for k0 in range(k_lo, k_hi, BKW):
@@ -512,13 +518,13 @@ def _nvfp4_gemm_kernel(
                 kb_mask = tl.full((BKW // 2,), 1, tl.int1)
             else:
                 kb_mask = kb < PK
-            s_col = (kb // 4) * 512 + kb % 4  # 4 consecutive blocks are 4 consecutive bytes
-            sb = tl.load(s2_ptr + s2_row[:, None] + s_col[None, :], mask=n_mask[:, None] & kb_mask[None, :], other=0.0)
+            sb = tl.load(s2_ptr + s2_row[:, None] + _scale_col(kb)[None, :], mask=n_mask[:, None] & kb_mask[None, :],
+                         other=0.0)
             sb = sb.to(tl.float16) * 128.0
             sb = tl.interleave(sb, sb)
             aw = tl.load(a_ptrs, mask=a_mask, other=0)
             sa = sa_next
-            sa_next = _load_s1(s1_ptr, s1_row, s1_mask, kb + BKW // 2, PK)
+            sa_next = _load_scales(s1_ptr, s1_row, s1_mask, kb + BKW // 2, PK)
             sa = sa.to(tl.float16) * 128.0
             sa = tl.interleave(sa, sa)
             for p in tl.static_range(4):
