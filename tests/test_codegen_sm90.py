@@ -48,6 +48,10 @@ def corpus():
          [make((5, 12)), torch.randint(0, 12, (5, 1), dtype=torch.int32).to(make((1,)).device)]),
         ("argsort of softmax weights (descending) and of int32 rows", _argsort_rows,
          [make((6, 40), bf), make((6, 40), torch.int32)]),
+        ("scatter of a smaller index (search loop, error flag), fused with its producer and reader", _scatter,
+         [make((6, 9), bf), torch.randint(0, 9, (4, 5)).to(make((1,)).device), make((5, 7), bf)]),
+        ("scatter of constants into Bool rows summed in a persistent kernel, and into Int32 rows", _scatter_scalars,
+         [make((5, 12)), torch.randint(0, 12, (5, 3), dtype=torch.int32).to(make((1,)).device)]),
     ]
 
 
@@ -75,6 +79,22 @@ def _take_along_sum(fd):
     g = fd.ops.take_along_axis(x, i, 1)
     fd.add_output(g)
     fd.add_output(fd.ops.sum(g, dims=[1]))
+
+
+def _scatter(fd):
+    x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("BFloat16"))
+    i = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("Int"))
+    s = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("BFloat16"))
+    out = fd.ops.scatter(fd.ops.cast(fd.ops.neg(x), _dt("BFloat16")), i, s, 1)
+    fd.add_output(fd.ops.cast(fd.ops.mul(out, 2.0), _dt("BFloat16")))
+
+
+def _scatter_scalars(fd):
+    x = fd.define_tensor([-1, -1], contiguity=[True, True])
+    i = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("Int32"))
+    hit = fd.ops.scatter(fd.ops.gt(x, 0.0), i, True, 1)
+    fd.add_output(fd.ops.sum(fd.ops.where(hit, x, 0.0), dims=[1]))
+    fd.add_output(fd.ops.scatter(fd.ops.cast(x, _dt("Int32")), i, -3, 1))
 
 
 def _argsort_rows(fd):

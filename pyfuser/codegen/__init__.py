@@ -7,6 +7,7 @@ from . import elementwise_lowerings  # noqa: F401
 from . import gather_lowerings  # noqa: F401
 from . import reduction_lowerings  # noqa: F401
 from . import resize_lowerings  # noqa: F401
+from . import scatter_lowerings  # noqa: F401
 from . import sort_lowerings  # noqa: F401
 from . import view_lowerings  # noqa: F401
 

@@ -136,7 +136,7 @@ def identity_literal(kind: str, dtype: torch.dtype) -> str:
 class KValue:
     """A node of the kernel IR."""
 
-    kind: str  # "load" | "arg" | "const" | "op" | "reduce"
+    kind: str  # "load" | "arg" | "const" | "op" | "reduce" | "scan" | "argsort" | "flag" | "search"
     dtype: torch.dtype
     operands: tuple = ()
     template: str = ""  # op: format string over operands ({0}, {1}, ...); const/arg: the literal / arg name
@@ -149,6 +149,8 @@ class KValue:
     # every column): a top-k result is k wide along a column dim of the input's extent (sort_lowerings.py).
     # Elementwise ops pass it on; reductions fold only those lanes and stores write only those.
     valid: Optional["KValue"] = None
+    # search: (loop variable, hit, bad), computed inside its loop over the variable (KernelBuilder.search_last)
+    body: tuple = ()
 
     @property
     def var(self) -> str:
@@ -313,6 +315,21 @@ class KernelBuilder:
         return self._add(KValue("argsort", torch.int32, (key, column), "descending" if descending else "ascending",
                                 full=True, level=max(key.level, column.level) + 1))
 
+    def loop_var(self) -> KValue:
+        """The variable of a loop emitted by ``search_last`` (an int32 scalar; a name no other node has)."""
+        return self._add(KValue("const", torch.int32, template=f"j{len(self.nodes)}"))
+
+    def search_last(self, j: KValue, extent: KValue, hit: KValue, bad: KValue, invariants: tuple = ()) -> KValue:
+        """The last ``j`` in [0, extent) for which ``hit`` holds, -1 where it never does, and -2 where ``bad``
+        held for some ``j`` (a value the caller turns into an error flag). ``hit`` and ``bad`` are Bool values
+        computed from the loop variable ``j`` (``loop_var``): they are emitted inside one loop over ``j`` (O(extent)
+        work per lane, O(1) registers). ``invariants``: values they read that do not depend on ``j``, emitted once
+        before the loop. Int32 (codegen/scatter_lowerings.py)."""
+        ops = (extent, *invariants)
+        full = any(o.full for o in ops + (hit, bad))
+        level = max(o.level for o in ops + (hit, bad))
+        return self._add(KValue("search", torch.int32, ops, full=full, level=level, body=(j, hit, bad)))
+
     def error_flag(self, bad: KValue, check) -> KValue:
         """A node that sets the error flag of ``check`` (an object with ``messages(bits)``) where ``bad`` holds on a
         lane the kernel computes. Make the values that must not exist without it depend on it (as an extra
@@ -442,6 +459,8 @@ class Emitter:
             self.w(f"{v.var} = {SCANS[v.reduction].format(x=src)}")
         elif v.kind == "argsort":
             self._emit_argsort(v)
+        elif v.kind == "search":
+            self._emit_search(v, scope, col_mask)
         elif v.kind == "reduce":
             (x,) = v.operands
             ident = identity_literal(v.reduction, v.dtype)
@@ -486,6 +505,24 @@ class Emitter:
         self.w(f"{r}_ri = tl.sum(tl.where({c} == {r}_i, {r}_rank, 0), axis=1, keep_dims=True)")
         self.w(f"{r} = tl.where({c} == {r}_ri, {r}_i, {r})")
         self.indent -= 1
+
+    def _emit_search(self, v: KValue, scope: _Scope, col_mask: str) -> None:
+        """One loop over ``j`` (KernelBuilder.search_last). The accumulators have the value's tile shape from the
+        start, so every iteration assigns them the same type; ``hit`` and ``bad`` (and whatever they read that
+        depends on ``j``) are emitted inside the loop, in a scope of their own."""
+        j, hit, bad = v.body
+        r, shape = v.var, "[BLOCK_R, BLOCK_C]" if v.full else "[BLOCK_R, 1]"
+        self.w(f"{r} = tl.full({shape}, -1, tl.int32)")
+        self.w(f"{r}_bad = tl.zeros({shape}, tl.int1)")
+        self.w(f"for {_expr(j)} in range(0, {_expr(v.operands[0])}):")
+        self.indent += 1
+        inner = _Scope(scope)
+        self.emit_node(hit, inner, col_mask)
+        self.emit_node(bad, inner, col_mask)
+        self.w(f"{r} = tl.where({_expr(hit)}, {_expr(j)}, {r})")
+        self.w(f"{r}_bad = {r}_bad | {_expr(bad)}")
+        self.indent -= 1
+        self.w(f"{r} = tl.where({r}_bad, -2, {r})")
 
     def _col_setup(self, col_base: str) -> None:
         self.w(f"c = {col_base} + tl.arange(0, BLOCK_C)[None, :]")

@@ -173,17 +173,37 @@ class Relocation:
             self.views[key] = View(source, self.target, tuple(target_sizes), tuple(strides), base)
         return list(self.views.values())
 
-    def emit(self, kb, mask=None):
-        """The value at the reader's coordinates; ``mask`` limits every load (lanes the reader discards)."""
+    def place_gathered(self, dim: int, target_sizes) -> list:
+        """Views reading at output coordinate c the operand's element at c with c[dim] replaced by a position
+        given to ``emit`` (scatter's search: codegen/scatter_lowerings.py); returns them. A tensor constant along
+        ``dim`` (broadcast, or of lower rank) gathers nothing."""
+        rank = self.target.ndim
+        for key, (own, base, source) in self._own.items():
+            r = len(own)
+            strides = [0] * rank
+            for j, st in enumerate(own):
+                strides[rank - r + j] = st
+            gathered, strides[dim] = strides[dim], 0
+            self.views[key] = View(source, self.target, tuple(target_sizes), tuple(strides), base,
+                                   gathers=(gathered,) if gathered else ())
+        return list(self.views.values())
+
+    def emit(self, kb, mask=None, position=None):
+        """The value at the reader's coordinates; ``mask`` limits every load (lanes the reader discards);
+        ``position``: the gathered coordinate of views placed by ``place_gathered``."""
         local: dict = {}
+
+        def load(view):
+            return kb.load(view.param, mask=mask, indices=(position,) if view.gathers else ())
+
         for e in self.closure:
             if e.op.name in CHAIN_VIEWS:  # read through its composed view (intermediate views are never read)
                 if id(e) in self.views:
-                    local[id(e.outputs[0])] = kb.load(self.views[id(e)].param, mask=mask)
+                    local[id(e.outputs[0])] = load(self.views[id(e)])
                 continue
             for t in e.inputs:
                 if isinstance(t, TensorView) and id(t) in self.views and id(t) not in local:
-                    local[id(t)] = kb.load(self.views[id(t)].param, mask=mask)
+                    local[id(t)] = load(self.views[id(t)])
             args = kb.resolve(e.args, local)
             kwargs = {k: kb.resolve(v, local) for k, v in e.kwargs.items()}
             local[id(e.outputs[0])] = e.op.lower(e, kb, *args, **kwargs)

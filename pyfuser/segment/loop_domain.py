@@ -70,10 +70,10 @@ def memory_operands(node: Expr) -> list:
     return list(fn(node)) if fn is not None else []
 
 
-# Memory reads that may recompute an operand made in the same kernel at their own coordinates (each reads its
-# operand at the output's coordinates shifted by constants), and the views of outside tensors such a
-# recomputation may start from.
-RELOCATING_OPS = ("cat", "slice", "pad")
+# Memory reads that may recompute an operand made in the same kernel at their own coordinates (cat, slice, pad
+# read it at the output's coordinates shifted by constants; scatter with one coordinate replaced by the position
+# its search loops over), and the views of outside tensors such a recomputation may start from.
+RELOCATING_OPS = ("cat", "slice", "pad", "scatter")
 # View ops a recomputation composes into one strided view of an outside tensor (reshape only where it is a view).
 CHAIN_VIEWS = ("slice", "select", "reshape", "permute", "broadcast", "broadcast_in_dim", "expand", "squeeze")
 
