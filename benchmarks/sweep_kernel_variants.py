@@ -15,7 +15,10 @@ Sections:
   multiply and ``exp2``-based exp for softmax, and a row divisor's reciprocal with one Markstein correction;
 - ``divcheck``: that corrected division against IEEE division on random pairs, by operand range;
 - ``pointwise``: block shapes and warps of the slice+add+mul kernel;
-- ``clusters``: ``num_ctas`` (Hopper thread-block clusters) on whole-row persistent kernels.
+- ``clusters``: ``num_ctas`` (Hopper thread-block clusters) on whole-row persistent kernels;
+- ``pipeline``: looped reductions with several tiles in flight (pipelined or unrolled column loops);
+- ``l2``: [1024, 65536] looped reductions scheduled so that their re-reads of a row hit L2;
+- ``rowgrid``: the best of ``l2`` widened (programs per SM, tiles in flight, hints) over the long-row shapes.
 Results (JSON, one record per variant) go to ``<out>/<date>-kernel-variants.json``.
 """
 
@@ -111,6 +114,59 @@ def unrolled(n_tiles: int):
         return src.replace("for c0 in range(0, n_cols, BLOCK_C):",
                            f"for c0 in tl.static_range(0, {n_tiles} * BLOCK_C, BLOCK_C):")
     return patch
+
+
+def pipelined(stages: int):
+    """The column loops as ``tl.range(..., num_stages=stages)``: Triton's software pipeliner issues the next tiles'
+    loads (as asynchronous copies) while the current one is reduced."""
+    def patch(src: str) -> str:
+        return src.replace("for c0 in range(0, n_cols, BLOCK_C):",
+                           f"for c0 in tl.range(0, n_cols, BLOCK_C, num_stages={stages}):")
+    return patch
+
+
+_COLUMN_LOOP = "for c0 in range(0, n_cols, BLOCK_C):"
+
+
+def _rewrite_column_loops(src: str, header) -> str:
+    """Replace each column loop's header by ``header(pad, k)`` (lines, for the k-th loop; None keeps it), the
+    loop's body indented by 4 for each ``for`` line past the first."""
+    lines, out, i, k = src.split("\n"), [], 0, 0
+    while i < len(lines):
+        line = lines[i]
+        new = header(line[:len(line) - len(line.lstrip())], k) if line.strip() == _COLUMN_LOOP else None
+        if line.strip() == _COLUMN_LOOP:
+            k += 1
+        if new is None:
+            out.append(line)
+            i += 1
+            continue
+        pad = line[:len(line) - len(line.lstrip())]
+        out += new
+        extra = " " * (4 * (sum(n.strip().startswith("for ") for n in new) - 1))
+        i += 1
+        while i < len(lines) and (not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > len(pad)):
+            out.append((extra + lines[i]) if lines[i].strip() else lines[i])
+            i += 1
+    return "\n".join(out)
+
+
+def unrolled_by(n: int):
+    """Each column loop steps n tiles at a time, the n tiles' bodies unrolled (their loads independent of each
+    other's arithmetic, so all n are in flight at once); the row's tail tiles are masked as before."""
+    def patch(src: str) -> str:
+        return _rewrite_column_loops(src, lambda pad, k: [f"{pad}for c00 in range(0, n_cols, {n} * BLOCK_C):",
+                                                          f"{pad}    for cu in tl.static_range({n}):",
+                                                          f"{pad}        c0 = c00 + cu * BLOCK_C"])
+    return patch
+
+
+def reversed_rereads(src: str) -> str:
+    """Column loops alternate direction (the second walks the row backwards, a third forwards again): the tiles
+    the previous pass loaded last are the likeliest to be still in L2."""
+    return _rewrite_column_loops(src, lambda pad, k: None if k % 2 == 0 else [
+        f"{pad}for ci in range(0, tl.cdiv(n_cols, BLOCK_C)):",
+        f"{pad}    c0 = (tl.cdiv(n_cols, BLOCK_C) - 1 - ci) * BLOCK_C"])
 
 
 # --- running variants ------------------------------------------------------------------------------------------
@@ -304,8 +360,85 @@ def section_clusters(sw: Sweep) -> None:
         plan_mod.TUNING.update(saved)
 
 
+def section_pipeline(sw: Sweep) -> None:
+    """Looped reductions with more than one tile in flight per program: pipelined column loops, or loops unrolled
+    by 2-4 tiles ([1024, 65536] in both dtypes; [4096, 16384] fp32 forced onto the looped kernel)."""
+    saved = dict(plan_mod.TUNING)
+    plan_mod.TUNING.update(persistent_max_cols=8192, row_tiles_min_cols=1 << 30)
+    try:
+        shapes = [((1024, 65536), torch.bfloat16), ((1024, 65536), torch.float32), ((4096, 16384), torch.float32)]
+        for shape, dtype in shapes:
+            for name, fd, inputs, nbytes in _cases(shape, dtype, ("rmsnorm", "layernorm", "softmax")):
+                variants = [("as planned", [], {})]
+                for bc in (2048, 4096):
+                    for warps in (8, 16):
+                        for st in (2, 3):
+                            variants.append((f"stages{st} bc{bc} w{warps}", [pipelined(st)],
+                                             dict(BLOCK_C=bc, num_warps=warps)))
+                for bc in (1024, 2048):
+                    for warps in (8, 16):
+                        for n in (2, 4):
+                            variants.append((f"unroll{n} bc{bc} w{warps}", [unrolled_by(n)],
+                                             dict(BLOCK_C=bc, num_warps=warps)))
+                sw.run(f"{name} {list(shape)}", fd, inputs, nbytes, variants)
+    finally:
+        plan_mod.TUNING.clear()
+        plan_mod.TUNING.update(saved)
+
+
+def section_l2(sw: Sweep) -> None:
+    """[1024, 65536] looped reductions whose later passes re-read the row: with every row in flight at once
+    (1024 programs) the rows are several times L2, so the re-reads come from HBM. Variants that keep them in L2:
+    a grid of 1-2 programs per SM over the rows (with several tiles in flight per program), or later passes
+    walking the row backwards."""
+    for dtype in (torch.bfloat16, torch.float32):
+        for name, fd, inputs, nbytes in _cases((1024, 65536), dtype, ("rmsnorm", "layernorm", "softmax")):
+            variants = [("as planned", [], {})]
+            for per_sm in (1, 2):
+                for n in (2, 4):
+                    for bc in (2048, 4096):
+                        for warps in (16, 32):
+                            variants.append((f"{per_sm}/SM unroll{n} bc{bc} w{warps}",
+                                             [eviction_hints, streaming_stores, unrolled_by(n), grid_over_rows],
+                                             dict(grid=(sw.n_sms * per_sm,), BLOCK_C=bc, num_warps=warps)))
+            for bc in (2048, 4096):
+                for warps in (8, 16):
+                    variants.append((f"reversed bc{bc} w{warps}", [reversed_rereads],
+                                     dict(BLOCK_C=bc, num_warps=warps)))
+                    variants.append((f"2/SM reversed unroll2 bc{bc} w{warps}",
+                                     [reversed_rereads, unrolled_by(2), grid_over_rows],
+                                     dict(grid=(sw.n_sms * 2,), BLOCK_C=bc, num_warps=warps)))
+            sw.run(f"{name} [1024, 65536]", fd, inputs, nbytes, variants)
+
+
+def section_rowgrid(sw: Sweep) -> None:
+    """The best of ``l2`` widened: a grid of 1-2 programs per SM over the rows, 32 warps, 4-8 tiles in flight,
+    with and without the L2 eviction hints and streaming stores; the long-row shapes that miss today."""
+    shapes = [((1024, 65536), torch.bfloat16), ((1024, 65536), torch.float32), ((4096, 16384), torch.float32),
+              ((4096, 16384), torch.bfloat16)]
+    saved = dict(plan_mod.TUNING)
+    plan_mod.TUNING.update(persistent_max_cols=8192, row_tiles_min_cols=1 << 30)  # looped kernels to patch
+    try:
+        for shape, dtype in shapes:
+            names = ("rmsnorm", "layernorm", "softmax") if shape[1] == 65536 else ("layernorm", "softmax")
+            for name, fd, inputs, nbytes in _cases(shape, dtype, names):
+                variants = [("as planned (looped)", [], {})]
+                for per_sm in (1, 2):
+                    for bc, n in ((4096, 4), (4096, 8), (8192, 2), (8192, 4)):
+                        for hints in (True, False):
+                            patches = ([eviction_hints, streaming_stores] if hints else []) + [unrolled_by(n),
+                                                                                             grid_over_rows]
+                            variants.append((f"{per_sm}/SM unroll{n} bc{bc} w32{' hints' if hints else ''}", patches,
+                                             dict(grid=(sw.n_sms * per_sm,), BLOCK_C=bc, num_warps=32)))
+                sw.run(f"{name} {list(shape)}", fd, inputs, nbytes, variants)
+    finally:
+        plan_mod.TUNING.clear()
+        plan_mod.TUNING.update(saved)
+
+
 SECTIONS = dict(tiles=section_tiles, wide=section_wide, bounds=section_bounds, divcheck=section_divcheck,
-                pointwise=section_pointwise, clusters=section_clusters)
+                pointwise=section_pointwise, clusters=section_clusters,
+                pipeline=section_pipeline, l2=section_l2, rowgrid=section_rowgrid)
 
 
 def main() -> None:

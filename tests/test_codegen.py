@@ -123,6 +123,93 @@ def test_softmax_modes(cols):
     assert fd.last_execution()[0].kernel_name.split("_")[1] == ("persistent" if cols == 50 else "looped")
 
 
+def test_wide_rows(monkeypatch):
+    # Rows over 16384 columns (plan.wide_rows): a grid of a few programs per SM walks the rows in turn (the CPU
+    # plan assumes 4 SMs: 8 programs for 9 rows, so one walks two; the H200's 264 take one each), 4 tiles per step of the column loops. Tiles
+    # of 2048 here (8192 on the GPU; the interpreter is three times slower with those): 20000 columns are 3
+    # steps, the last one's tiles partly and wholly masked. Special values sit in every tile,
+    # the last row's last element included; the output keeps eager's strides.
+    # Transposed (column-major rows): the kernel's column loop walks stride-9 elements (test_softmax_modes has
+    # contiguous wide rows).
+    from pyfuser.codegen import plan
+
+    monkeypatch.setitem(plan.TUNING, "wide_block_c", 2048)
+    rows, cols = 9, 20000
+    x = make((cols, rows), torch.bfloat16).t()
+    x[1, cols - 1] = float("nan")
+    x[2, 10239] = float("inf")
+    x[3, 0] = float("-inf")
+    x[4, :] = -0.0
+    x[5, 16384] = 1e30
+    x[rows - 1, cols - 1] = -3e38
+
+    def fn(fd):
+        t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
+        e = fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, dims=[1], keepdim=True)))
+        fd.add_output(fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True)))
+        var, mean = fd.ops.var_mean(t, dims=[1], correction=0, keepdim=True)
+        fd.add_output(fd.ops.mul(fd.ops.sub(t, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5))))
+        fd.add_output(fd.ops.cast(fd.ops.neg(t), DataType.BFloat16))  # no reduction: bit for bit
+        fd.add_output(fd.ops.min(t, dims=[1]))
+
+    def eager(x):  # op by op (torch.softmax would return a contiguous tensor for a transposed x)
+        t = x.float()
+        e = torch.exp(t - t.amax(1, keepdim=True))
+        var, mean = torch.var_mean(t, dim=1, correction=0, keepdim=True)
+        return [e / e.sum(1, keepdim=True), (t - mean) * torch.rsqrt(var + 1e-5), (-t).to(torch.bfloat16), t.amin(1)]
+
+    check_fusion(fn, [x], eager, atol=1e-5, rtol=1e-4)
+    with FusionDefinition() as fd:
+        fn(fd)
+    fd.execute([x])
+    (run,) = fd.last_execution()
+    step = fd.last_runtime().kernel_step(0)
+    assert run.kernel_name.split("_")[1] == "looped" and step.plan.block_c == 2048
+    assert "for pid_r in tl.range(tl.program_id(0)" in run.kernel_source
+    assert "tl.static_range(4)" in run.kernel_source and "eviction_policy='evict_last'" in run.kernel_source
+    assert step.plan.grid[0] == min(rows, plan.TUNING["wide_programs_per_sm"] * plan.sm_count())
+
+
+@pytest.mark.parametrize("dtype, passes", [(torch.float32, 2), (torch.float32, 1), (torch.bfloat16, 2)])
+def test_wide_rows_of_registers(monkeypatch, dtype, passes):
+    # Rows that fit in registers are planned wide when their elements are 4 bytes and they take two or more
+    # passes (plan.wide_fp32_min_cols; 16384 on the GPU, 1000 here with tiles of 512), else persistent.
+    from pyfuser.codegen import plan
+
+    monkeypatch.setitem(plan.TUNING, "wide_fp32_min_cols", 1000)
+    monkeypatch.setitem(plan.TUNING, "wide_fp32_block_c", 512)
+    x = make((9, 1500), dtype)
+    x[2, 1499] = float("nan")
+    x[3, 700] = float("-inf")
+
+    def fn(fd):
+        t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
+        if passes == 2:
+            var, mean = fd.ops.var_mean(t, dims=[1], correction=0, keepdim=True)
+            y = fd.ops.mul(fd.ops.sub(t, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5)))
+        else:
+            y = fd.ops.mul(t, fd.ops.rsqrt(fd.ops.sum(fd.ops.mul(t, t), dims=[1], keepdim=True)))
+        fd.add_output(fd.ops.cast(y, DataType.BFloat16) if dtype is torch.bfloat16 else y)
+
+    def eager(x):
+        t = x.float()
+        if passes == 2:
+            var, mean = torch.var_mean(t, dim=1, correction=0, keepdim=True)
+            return ((t - mean) * torch.rsqrt(var + 1e-5)).to(x.dtype)
+        return (t * torch.rsqrt((t * t).sum(1, keepdim=True))).to(x.dtype)
+
+    # (bf16: another reduction order may round an output one ulp apart)
+    tol = dict(atol=1e-5, rtol=1e-4) if dtype is torch.float32 else dict(atol=1e-2, rtol=1e-2)
+    check_fusion(fn, [x], eager, **tol)
+    with FusionDefinition() as fd:
+        fn(fd)
+    fd.execute([x])
+    (run,) = fd.last_execution()
+    wide = dtype is torch.float32 and passes == 2
+    assert run.kernel_name.split("_")[1] == ("looped" if wide else "persistent")
+    assert ("tl.num_programs(0)" in run.kernel_source) == wide
+
+
 @pytest.mark.parametrize("layout", ["contiguous", "sliced"])
 @pytest.mark.parametrize("cols", [3000, 5000])  # rows in 3 tiles of 1024 and of 2048 (plan.row_tiles)
 def test_rows_in_tiles(cols, layout):

@@ -301,10 +301,13 @@ def run_program(program: fuzz_gen.Program, inputs: Optional[list] = None) -> obj
 
 
 # Launch heuristics that tile even these tiny shapes: several row and column blocks per kernel, the looped
-# reduction kernel (long-row mode) for rows over 8 elements, and rows of 5 and 6 in 3 unrolled tiles of 2
-# (plan.row_tiles). A quarter of the cases run with them.
+# reduction kernel (long-row mode) for rows over 8 elements, wide rows (plan.wide_rows: programs walking several
+# rows, two tiles of 4 per step) over 16 and for multi-pass 4-byte rows of 6 to 8, and rows of 5 and 6 in 3
+# unrolled tiles of 2 (plan.row_tiles). A quarter of the cases run with them.
 SMALL_TILES = dict(persistent_max_cols=8, looped_block_c=8, pw_max_block_c=8, pw_elems=64, pw_elems_narrow=64,
-                   persistent_elems=32, row_tiles_min_cols=3, row_tiles_widths=(4, 2), row_tiles_max=4)
+                   persistent_elems=32, row_tiles_min_cols=3, row_tiles_widths=(4, 2), row_tiles_max=4,
+                   wide_min_cols=16, wide_block_c=4, wide_unroll=2, wide_programs_per_sm=1, wide_fp32_min_cols=6,
+                   wide_fp32_block_c=2)
 
 
 @contextlib.contextmanager
@@ -368,11 +371,13 @@ def test_fuzzer_reaches_generated_kernels():
         for seg in rt.segments:
             step = rt.kernel_step(seg.index)
             if step is not None:
-                modes[step.plan.mode] = modes.get(step.plan.mode, 0) + 1
+                mode = step.plan.mode + (" (wide rows)" if "tl.num_programs(0)" in step.plan.source else "")
+                modes[mode] = modes.get(mode, 0) + 1
             elif seg.kind.value != "ExprEval":
                 reason = rt.segment_reason(seg.index)
                 fallbacks[reason] = fallbacks.get(reason, 0) + 1
-    assert {"pointwise", "persistent", "looped"} <= set(modes), f"kernel modes {modes}, ATen fallbacks {fallbacks}"
+    assert {"pointwise", "persistent", "looped", "looped (wide rows)"} <= set(modes), \
+        f"kernel modes {modes}, ATen fallbacks {fallbacks}"
     assert sum(modes.values()) >= 4 * sum(fallbacks.values()), f"kernel modes {modes}, ATen fallbacks {fallbacks}"
 
 

@@ -382,12 +382,17 @@ class Emitter:
     """Writes the kernel source for a KernelBuilder and a row/column index structure."""
 
     def __init__(self, kb: KernelBuilder, params: list[TensorParam], n_row_dims: int, n_col_dims: int,
-                 mode: str, index64: bool, n_cols_factor: int = 1, row_tiles: int = 0):
+                 mode: str, index64: bool, n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0):
         assert mode in ("pointwise", "persistent", "looped")
         self.kb, self.params = kb, params
         # A looped kernel over a row of exactly this many BLOCK_C tiles (0: any number) unrolls its column loops:
         # the passes then read tiles the compiler can keep in registers, a row held in pieces (plan.py, row_tiles).
         self.row_tiles = row_tiles
+        # A looped kernel over rows too long for registers (plan.py, wide_rows): ``wide`` tiles per step of its
+        # column loops, unrolled (all their loads in flight at once), and a grid of a few programs per SM, each
+        # walking rows in turn, so that the rows being read fit in L2 and later passes re-read them from there.
+        self.wide = wide
+        self._load_policy = ""  # eviction policy of row loads in the pass being written (wide kernels)
         self.n_row_dims, self.n_col_dims = n_row_dims, n_col_dims
         self.mode, self.index64 = mode, index64
         # n_cols's power-of-two factor, as a source constant: column masks are then provably constant over a
@@ -442,7 +447,8 @@ class Emitter:
                 addr, mask = f"{p.name}_roff", col_mask if v.full else "rmask"
             if v.template == "mask":
                 mask = f"({mask}) & {_expr(v.operands[-1])}"
-            self.w(f"{v.var} = tl.load({p.name}_ptr + {addr}{extra}, mask={mask}, other={zero})")
+            hint = f", eviction_policy='{self._load_policy}'" if self._load_policy and p.has_row else ""
+            self.w(f"{v.var} = tl.load({p.name}_ptr + {addr}{extra}, mask={mask}, other={zero}{hint})")
         elif v.kind == "op":
             self.w(f"{v.var} = {v.template.format(*[_expr(o) for o in v.operands])}")
         elif v.kind == "flag":
@@ -541,7 +547,9 @@ class Emitter:
             if narrow is not None:
                 self.emit_node(narrow, scope, mask)
                 mask += f" & {_expr(narrow)}"
-            self.w(f"tl.store({p.name}_ptr + {p.name}_roff + {p.name}_coff, {_expr(v)}, mask={mask})")
+            # Wide rows' outputs are written once and not read again here: stream them past L2 (.cs).
+            hint = ", cache_modifier='.cs'" if self.wide else ""
+            self.w(f"tl.store({p.name}_ptr + {p.name}_roff + {p.name}_coff, {_expr(v)}, mask={mask}{hint})")
         else:
             if v.full:  # the plan gave a column-varying value to a tensor without column dims
                 raise ValueError(f"internal error: per-row output {p.name} receives a full tile")
@@ -566,6 +574,9 @@ class Emitter:
             self.w("nb_c = tl.cdiv(n_cols, BLOCK_C)")
             self.w("pid_r = pid // nb_c")
             self.w("pid_c = pid % nb_c")
+        elif self.wide:
+            self.w("for pid_r in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_R), tl.num_programs(0)):")
+            self.indent += 1
         else:
             self.w("pid_r = tl.program_id(0)")
         self.w("r = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]")
@@ -594,7 +605,10 @@ class Emitter:
     def _emit_looped(self, top: _Scope, full_stores, row_stores) -> None:
         kb = self.kb
         reduces = [v for v in kb.nodes if v.kind == "reduce"]
+        last_pass = kb.max_level - (0 if full_stores else 1)
         for level in range(kb.max_level):
+            # Wide rows: what a pass reads is re-read by the next, so it stays in L2 (evict_last) until the last.
+            self._load_policy = "" if not self.wide else "evict_first" if level == last_pass else "evict_last"
             these = [v for v in reduces if v.operands[0].level == level]
             # Per-row operands needed by this pass must exist before the loop.
             for v in these:
@@ -602,9 +616,7 @@ class Emitter:
             for v in these:
                 ident = identity_literal(v.reduction, v.dtype)
                 self.w(f"acc{v.uid} = tl.full([BLOCK_R, BLOCK_C], {ident}, {TL_DTYPE[v.dtype]})")
-            self.w(self._column_loop())
-            self.indent += 1
-            self._col_setup("c0")
+            depth = self._open_column_loop()
             inner = _Scope(top)
             for v in these:
                 x = v.operands[0]
@@ -613,29 +625,43 @@ class Emitter:
                 src = _expr(x) if x.full else f"tl.broadcast_to({_expr(x)}, [BLOCK_R, BLOCK_C])"
                 combined = REDUCTIONS[v.reduction][1].format(a=f"acc{v.uid}", b=f"tl.where(rmask & cmask, {src}, {ident})")
                 self.w(f"acc{v.uid} = {combined}")
-            self.indent -= 1
+            self.indent -= depth
             for v in these:
                 self.w(f"{v.var} = {REDUCTIONS[v.reduction][2].format(x=f'acc{v.uid}')}")
                 top.emitted.add(v.uid)
+        self._load_policy = ""
         for p, v in row_stores:
             self._emit_row_deps(v, top)
             self._store(p, v, top)
         if full_stores:
             for p, v in full_stores:
                 self._emit_row_deps(v, top)
-            self.w(self._column_loop())
-            self.indent += 1
-            self._col_setup("c0")
+            self._load_policy = "evict_first" if self.wide else ""
+            depth = self._open_column_loop()
             inner = _Scope(top)
             for p, v in full_stores:
                 self.emit_node(v, inner, "rmask & cmask")
                 self._store(p, v, inner)
-            self.indent -= 1
+            self.indent -= depth
+            self._load_policy = ""
 
-    def _column_loop(self) -> str:
+    def _open_column_loop(self) -> int:
+        """Write a column loop's header and the tile's coordinates; returns the indent its body is at."""
         if self.row_tiles:
-            return f"for c0 in tl.static_range(0, {self.row_tiles} * BLOCK_C, BLOCK_C):"
-        return "for c0 in range(0, n_cols, BLOCK_C):"
+            self.w(f"for c0 in tl.static_range(0, {self.row_tiles} * BLOCK_C, BLOCK_C):")
+            depth = 1
+        elif self.wide:
+            # The ``wide`` tiles' bodies side by side: a tile's accumulation does not wait for the next one's loads.
+            self.w(f"for c00 in range(0, n_cols, {self.wide} * BLOCK_C):")
+            self.w(f"    for cu in tl.static_range({self.wide}):")
+            self.w("        c0 = c00 + cu * BLOCK_C")
+            depth = 2
+        else:
+            self.w("for c0 in range(0, n_cols, BLOCK_C):")
+            depth = 1
+        self.indent += depth
+        self._col_setup("c0")
+        return depth
 
     def _emit_row_deps(self, v: KValue, scope: _Scope) -> None:
         """Emit, at the current (row) level, every per-row node ``v`` depends on."""
@@ -649,7 +675,7 @@ class Emitter:
 
 
 def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, mode, index64,
-                  n_cols_factor: int = 1, row_tiles: int = 0) -> str:
-    body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64, n_cols_factor, row_tiles).source(name)
+                  n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0) -> str:
+    body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64, n_cols_factor, row_tiles, wide).source(name)
     header = "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n"
     return header + PRELUDE + "\n\n" + body

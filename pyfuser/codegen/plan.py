@@ -287,6 +287,7 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
             # e.g. the squeeze of an expanded dim that another output of the kernel materializes: the value is
             # taken along a dim the output does not have. ATen picks the element; the kernel has no such read.
             raise NotFusable(f"output {p.name} has no column dims but its value varies along the kernel's columns")
+    itemsize = max(p.dtype.itemsize for p in params)
     # Scans, argsorts and top-k's narrow (lane-masked) results need each row whole in one tile.
     whole_rows = has_scan or any(v.kind in ("scan", "argsort") or v.valid is not None for v in kb.nodes)
     tiles = None
@@ -295,23 +296,32 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
     elif n_cols <= TUNING["persistent_max_cols"]:
         tiles = None if whole_rows else row_tiles(n_cols)
         mode = "persistent" if tiles is None else "looped"
+        if mode == "persistent" and not whole_rows and wide_rows(n_cols, itemsize, kb.max_level):
+            mode = "looped"
     elif whole_rows:
         raise NotFusable(f"a scan, argsort or top-k over {n_cols} columns (generated kernels keep the whole row in "
                          "registers for them)")
     else:
         mode = "looped"
+    wide = None
     if tiles is not None:
         (block_c, n_tiles), block_r, num_warps = tiles, 1, TUNING["row_tiles_warps"]
     else:
         n_tiles = 0
-        block_r, block_c, num_warps = _blocks(mode, n_rows, n_cols, max(p.dtype.itemsize for p in params))
+        block_r, block_c, num_warps = _blocks(mode, n_rows, n_cols, itemsize)
+        if mode == "looped":
+            wide = wide_rows(n_cols, itemsize, kb.max_level)
+            if wide is not None:
+                block_c, unroll, num_warps, programs = wide
     n_cols_factor = _aligned_factor(n_cols, 1)
     source_body = kernel_source("KERNEL", kb, params, len(row_runs), len(col_runs), mode, index64, n_cols_factor,
-                                n_tiles)
+                                n_tiles, unroll if wide else 0)
     name = "pf_" + mode + "_" + hashlib.sha1(source_body.encode()).hexdigest()[:12]
     source = source_body.replace("def KERNEL(", f"def {name}(")
     n_blocks_r = -(-n_rows // block_r)
     grid = (n_blocks_r * -(-n_cols // block_c),) if mode == "pointwise" else (n_blocks_r,)
+    if wide is not None:
+        grid = (min(n_blocks_r, programs),)
     if grid[0] > INT32_MAX:  # CUDA's limit for a grid's x dimension (Triton would fail with an OverflowError)
         raise NotFusable(f"{grid[0]} programs exceed the {INT32_MAX} a kernel grid allows")
     fixed = fixed_sizes + stride_args + [v for _, v in kb.fixed_ints] + [n_rows, n_cols // n_cols_factor]
@@ -542,7 +552,57 @@ TUNING = {
     "row_tiles_min_cols": 2048,
     "row_tiles_warps": 8,
     "looped_warps": 8,
+    # Rows too long for registers (wide_rows): programs per SM walking rows in turn, tile width, tiles in flight
+    # per step, warps (benchmarks/sweep_kernel_variants.py sections l2 and rowgrid, 2026-12-02).
+    "wide_min_cols": 16384,  # longer looped rows are wide (all of them, while persistent_max_cols is 16384)
+    "wide_programs_per_sm": 2,
+    "wide_block_c": 8192,
+    # Rows of 4-byte elements with two or more reduction passes are wide from this many columns on, in tiles of
+    # wide_fp32_block_c (fp32 [4096, 16384]: LayerNorm 80% persistent -> 86%, softmax 69% -> 75%; RMSNorm,
+    # one pass, stays persistent at 94%; bf16 rows lose: LayerNorm 81% -> 66%).
+    "wide_fp32_min_cols": 16384,
+    "wide_fp32_block_c": 4096,
+    "wide_unroll": 4,
+    "wide_warps": 32,
 }
+
+
+def wide_rows(n_cols: int, itemsize: int, passes: int) -> Optional[tuple[int, int, int, int]]:
+    """(tile width, tiles per step, warps, programs) of a looped kernel, whose rows are too long to hold in
+    registers: every pass after the first re-reads the row. With one program per row all rows are read at
+    once (1024 rows of 65536 floats: 256 MiB, five times the H200's L2), so the re-reads come from HBM and a
+    two-pass RMSNorm moves 1.5x its bytes. Instead a grid of ``wide_programs_per_sm`` programs per SM walks the
+    rows in turn, so the rows being read fit in L2; each program keeps ``wide_unroll`` tiles of ``wide_block_c``
+    in flight to pull its share of the bandwidth, marks the loads its later passes re-read evict_last and
+    streams its outputs (H200, [1024, 65536], % of copy bandwidth: RMSNorm bf16 60 -> 79, fp32 62 -> 76;
+    LayerNorm 48 -> 67 / 65; softmax 40 -> 46 / 48 -> 65). Rows that would fit in registers are wide too when
+    their elements are 4 bytes and they take two or more passes (``wide_fp32_min_cols``: there the persistent
+    kernel's several row-sized fp32 values spill). None: the persistent or plain looped kernel."""
+    t = TUNING
+    if n_cols > t["wide_min_cols"]:
+        block_c = min(t["wide_block_c"], next_pow2(max(n_cols, 1)))
+    elif itemsize >= 4 and passes >= 2 and n_cols >= t["wide_fp32_min_cols"]:
+        block_c = min(t["wide_fp32_block_c"], next_pow2(max(n_cols, 1)))
+    else:
+        return None
+    steps = -(-n_cols // block_c)
+    if steps < 2 or t["wide_programs_per_sm"] <= 0:
+        return None
+    return block_c, min(t["wide_unroll"], steps), t["wide_warps"], t["wide_programs_per_sm"] * sm_count()
+
+
+_SM_COUNT: list = []
+
+
+def sm_count() -> int:
+    """Multiprocessors of the current CUDA device (the interpreter, without one: 4, so that CPU runs walk
+    several rows per program as the GPU does)."""
+    if not _SM_COUNT:
+        n = 4
+        if torch.cuda.is_available():
+            n = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+        _SM_COUNT.append(n)
+    return _SM_COUNT[0]
 
 
 def row_tiles(n_cols: int) -> Optional[tuple[int, int]]:
