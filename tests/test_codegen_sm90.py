@@ -48,7 +48,7 @@ def corpus():
          [make((5, 12)), torch.randint(0, 12, (5, 1), dtype=torch.int32).to(make((1,)).device)]),
         ("argsort of softmax weights (descending) and of int32 rows", _argsort_rows,
          [make((6, 40), bf), make((6, 40), torch.int32)]),
-        ("scatter of a smaller index (search loop, error flag), fused with its producer and reader", _scatter,
+        ("scatter of a smaller, computed index (search loop, error flag), fused with its producers and reader", _scatter,
          [make((6, 9), bf), torch.randint(0, 9, (4, 5)).to(make((1,)).device), make((5, 7), bf)]),
         ("scatter of constants into Bool rows summed in a persistent kernel, and into Int32 rows", _scatter_scalars,
          [make((5, 12)), torch.randint(0, 12, (5, 3), dtype=torch.int32).to(make((1,)).device)]),
@@ -85,7 +85,7 @@ def _scatter(fd):
     x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("BFloat16"))
     i = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("Int"))
     s = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("BFloat16"))
-    out = fd.ops.scatter(fd.ops.cast(fd.ops.neg(x), _dt("BFloat16")), i, s, 1)
+    out = fd.ops.scatter(fd.ops.cast(fd.ops.neg(x), _dt("BFloat16")), fd.ops.sub(8, i), s, 1)
     fd.add_output(fd.ops.cast(fd.ops.mul(out, 2.0), _dt("BFloat16")))
 
 

@@ -416,3 +416,32 @@ def test_transposed_arg_keeps_eager_strides():
     bits_equal(out.cpu(), ref)
     bits_equal(sq.cpu(), ref * ref, nan_bits=False)
     one_kernel(fd)
+
+
+def test_arg_made_by_views_in_the_kernel():
+    # arg is a permute made in the kernel and the result is only read there (summed): the plan sizes the search
+    # from arg's layout, run on meta tensors. An arg expanded to a size known only at run time cannot be sized
+    # when planning: the segment runs on ATen, saying why.
+    x, i, s = make((6, 4), device="cpu"), _index((3, 5), 6, seed=11), make((4, 7), device="cpu")
+
+    def fn(fd):
+        t, ti, ts = fd.from_pytorch(x), fd.from_pytorch(i), fd.from_pytorch(s)
+        fd.add_output(fd.ops.sum(fd.ops.scatter(fd.ops.permute(t, [1, 0]), ti, ts, 1), dims=[1]))
+
+    fd = define(fn)
+    (out,) = fd.execute([x.to(DEVICE), i.to(DEVICE), s.to(DEVICE)])
+    torch.testing.assert_close(out.cpu(), torch.scatter(x.t(), 1, i, s).sum(1))
+    one_kernel(fd)
+
+    row, y = make((1, 6), device="cpu"), make((4, 6), device="cpu")
+
+    def fn(fd):
+        t, ty, ti, ts = fd.from_pytorch(row), fd.from_pytorch(y), fd.from_pytorch(i), fd.from_pytorch(s)
+        wide = fd.ops.expand(t, [fd.ops.size(ty, 0), 6])
+        fd.add_output(fd.ops.mul(fd.ops.scatter(wide, ti, ts, 1), ty))
+
+    fd = define(fn)
+    (out,) = fd.execute([row.to(DEVICE), y.to(DEVICE), i.to(DEVICE), s.to(DEVICE)])
+    bits_equal(out.cpu(), torch.scatter(row.expand(4, 6), 1, i, s) * y)
+    (report,) = fd.last_execution()
+    assert report.runs_as == "aten" and "unknown when planning" in report.reason, report

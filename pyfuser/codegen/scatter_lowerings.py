@@ -22,7 +22,7 @@ when the fusion is defined: the scatter alone; else found when planning: the who
   argsort, another scatter) splits the kernel there and the value goes through memory (segment/loop_domain.py).
 - A scalar ``src`` known when the fusion is defined (or folded from constants) becomes the value ATen's own
   conversion gives (``torch.scatter`` into one element: ints truncate, any non-zero is True), written by its bits
-  (NaN payloads, -0.0). A value ATen cannot convert (300 into int8) runs on ATen, which raises. A scalar known only
+  (NaN payloads, -0.0). A value ATen cannot convert (1e10 into Int32) runs on ATen, which raises. A scalar known only
   at run time is taken for Int/Bool scalars into Int, Float, Double and Bool tensors (conversions that never
   overflow and round once); others run on ATen (Double scalars would reach the kernel as fp32).
 
@@ -34,7 +34,8 @@ call of the fusion does.
 
 Runs on ATen, with the reason: complex values, dtypes other than the float, int and Bool ones below, an ``arg``
 that is also the index or src, shapes ATen refuses (the index larger than arg along another dim or than src
-anywhere: ATen raises its own error), empty tensors, an output whose extents the plan cannot tell.
+anywhere: ATen raises its own error), empty tensors, an output that stays in the kernel while arg is computed there
+from extents known only at run time (symbolic sizes: the plan cannot size the loop).
 """
 
 from __future__ import annotations
@@ -44,10 +45,9 @@ from typing import Optional
 import torch
 
 from ..ir.dtypes import DataType, to_torch_dtype
-from ..ir.nodes import Scalar, TensorView
+from ..ir.nodes import Scalar, TensorView, Vector
 from ..ops.registry import attach
 from ..segment.loop_domain import NotFusable
-from .gather_lowerings import _extents
 from .kernel_builder import TL_DTYPE, KValue
 from .memory_views import (Access, MemoryReadLowering, Relocation, View, and_masks, complex_refusal,
                            require_gpu_tensor, view_strides)
@@ -140,19 +140,49 @@ def _loop_map(node):
 
 
 def _output_sizes(node, metas) -> list:
-    """The output's extents for this signature (arg's): its own layout if it leaves the kernel, else arg's (from
-    what arg is computed from), else the extents known when the fusion was defined."""
+    """The output's extents for this signature (arg's): its own layout if it leaves the kernel, else arg's."""
     out, arg = node.outputs[0], node.args[0]
     if id(out) in metas:
         return [int(n) for n in metas[id(out)].sizes]
-    sizes = _extents(arg, metas)
-    if sizes is not None:
-        return sizes
-    static = [_static_size(out, d) for d in range(out.ndim)]
-    if None in static:
-        raise NotFusable(f"fd.ops.scatter: the extents of {out.name} are unknown when planning (it stays in the "
-                         f"kernel and {arg.name} is computed there by ops the plan cannot size)")
-    return static
+    return [int(n) for n in _on_meta(arg, metas, {}).shape]
+
+
+def _on_meta(tv: TensorView, metas: dict, memo: dict) -> torch.Tensor:
+    """A meta tensor of ``tv``'s layout for this signature: a boundary tensor's own, else what the ops computing
+    it in the kernel give when run on meta tensors (as meta inference runs them). NotFusable where that needs a
+    value known only at run time."""
+    if id(tv) in memo:
+        return memo[id(tv)]
+    if id(tv) in metas:
+        m = metas[id(tv)]
+        memo[id(tv)] = torch.empty_strided(tuple(m.sizes), tuple(m.strides), dtype=m.dtype, device="meta")
+        return memo[id(tv)]
+    e = tv.definition
+    why = f"fd.ops.scatter: the extents of {tv.name} are unknown when planning"
+
+    def value(a):
+        if isinstance(a, TensorView):
+            return _on_meta(a, metas, memo)
+        if isinstance(a, Scalar):
+            v = folded_constant(a)
+            if v is None:  # (a symbolic extent, computed on the host before the launch)
+                raise NotFusable(f"{why} (they depend on {a.name}, known only at run time)")
+            return v
+        if isinstance(a, Vector):
+            return [value(x) for x in a.elements]
+        if isinstance(a, (list, tuple)):
+            return type(a)(value(x) for x in a)
+        return a
+
+    if e is None:
+        raise NotFusable(why)
+    args, kwargs = value(tuple(e.args)), {k: value(v) for k, v in e.kwargs.items()}
+    try:
+        result = e.op.run(e, args, kwargs, on_meta=True)
+    except Exception as err:  # (whatever stops it, the segment runs on ATen, which reports real errors)
+        raise NotFusable(f"{why} ({type(err).__name__}: {err})") from err
+    memo[id(tv)] = result[e.outputs.index(tv)] if len(e.outputs) > 1 else result
+    return memo[id(tv)]
 
 
 def _operand_views(node, tv, metas, relocated, sizes, dim):
