@@ -283,6 +283,9 @@ ZERO_SIGN_OPS = {"sum", "max", "min", "prod", "var", "var_mean", "relu", "maximu
 # where the GPU and pyfuser move the bits unchanged (seed 100792 at MAX_DIM=40: signbit of gathered 0x7fc0). NaN
 # signs are not values, so the model treats the sign of such a result's NaNs as unfixed (kept in ``zero_ops``).
 NAN_SIGN_GATHER = "bf16 gather (NaN sign)"
+# Eager's CPU scatter of bf16 and fp16 rewrites NaNs too, arg's included (bf16: 0xffff; fp16: arg's NaNs 0x7fff, a
+# signalling NaN of src quieted; torch 2.13), where the kernel moves the bits unchanged: the same NaN-sign caveat.
+NAN_SIGN_SCATTER = "16-bit scatter (NaN sign)"
 ZERO_SIGN_OPS_EVERYWHERE = {"sum", "max", "min", "prod", "var", "var_mean", "cumsum"}
 VIEWS = {"permute", "broadcast_in_dim", "broadcast", "expand", "squeeze", "reshape", "slice"}
 
@@ -382,7 +385,8 @@ class Builder:
             return self._reduction(name, *args, **kwargs)
         if name in VIEWS:
             return getattr(self, "_" + name)(*args, **kwargs)
-        if name in ("index_select", "topk", "gather", "take_along_axis", "argsort", "cumsum", "cummax", "cummin"):
+        if name in ("index_select", "topk", "gather", "take_along_axis", "scatter", "argsort", "cumsum", "cummax",
+                    "cummin"):
             return getattr(self, "_" + name)(*args, **kwargs)
         raise KeyError(name)
 
@@ -406,6 +410,22 @@ class Builder:
         out = self._new(shape, x.dtype, bc, x.mag, x.err, fma=x.fma, special=x.special, lo=x.lo, nonneg=_nonneg(x))
         _mark_nan_sign(x, out)
         return self._emit("take_along_axis", [x, index], {"dim": dim}, [out])
+
+    def _scatter(self, x: Val, index: Val, src, dim: int):
+        """Out-of-place scatter: every element is x's or src's (a tensor of x's dtype, or a number converted to it
+        as ATen converts it), moved unchanged. An expanded dim of x becomes a plain one."""
+        tensor = isinstance(src, Val)
+        mag = max(x.mag, src.mag if tensor else abs(float(src)))
+        err = max(x.err, src.err) if tensor else x.err
+        special = x.special or (tensor and src.special)
+        # (a number converted to an int dtype truncates: 0.5 into Int32 is 0, below any lo of x)
+        lo = min(x.lo, _lo(src)) if tensor or x.is_float else 0.0
+        bc = [b and n == 1 for b, n in zip(x.bcast, x.shape)]
+        out = self._new(x.shape, x.dtype, bc, mag, err, fma=x.fma or (tensor and src.fma), special=special, lo=lo,
+                        nonneg=_nonneg(x) and _nn(src))
+        if x.dtype in (BF16, F16) and special:
+            out.zero_ops = out.zero_ops | {NAN_SIGN_SCATTER}
+        return self._emit("scatter", [x, index, src], {"dim": dim}, [out])
 
     def _cumsum(self, x: Val, dim: int):
         """Inclusive prefix sums along ``dim``: Int for integer/Bool inputs, else x's dtype computed in Float (or
@@ -493,7 +513,7 @@ class Builder:
         fn, allowed = BOOL_UNARY[name]
         if x.dtype not in allowed or not x.exact:
             raise Skip(name)
-        if name == "signbit" and x.zero_ops & (ZERO_SIGN_OPS | {NAN_SIGN_GATHER}):
+        if name == "signbit" and x.zero_ops & (ZERO_SIGN_OPS | {NAN_SIGN_GATHER, NAN_SIGN_SCATTER}):
             # The sign of a zero that an earlier op decides by its own order (relu(-0.0) on CPU: seed 50784), or of
             # a NaN that eager's CPU gather rewrites (below), would become a Bool that differs.
             raise Skip("signbit of a zero or NaN of unfixed sign")
@@ -984,6 +1004,10 @@ def _ref_op(op: Op, args: list, device):
         return torch.index_select(args[0], kw["dim"], args[1])
     if name == "gather":
         return torch.gather(args[0], kw["dim"], args[1].long())
+    if name == "scatter":  # on CPU: ATen's CPU scatter keeps the last of repeated indices (CUDA's is unspecified)
+        x, idx, src = args
+        src = src.cpu() if isinstance(src, torch.Tensor) else src
+        return torch.scatter(x.cpu(), kw["dim"], idx.cpu().long(), src).to(x.device)
     if name == "cumsum":
         return torch.cumsum(args[0].to(out_dt).to(c), args[1]).to(out_dt)
     if name in ("cummax", "cummin"):
@@ -1411,7 +1435,33 @@ class Generator:
         index = self.b.input(tuple(shape), r.choice([I64, I32]), layout, f"index{n}", self._input_seed)
         if r.random() < 0.4:  # computed in the kernel (stays in range)
             index = self.b.apply("sub", n - 1, index)
-        return self.b.apply(op, x, index, dim)
+        gathered = self.b.apply(op, x, index, dim)
+        if r.random() < 0.4:  # (a draw only gather programs make: other seeds keep their programs)
+            return self._scatter(x, index, dim, gathered)
+        return gathered
+
+    def _scatter(self, x: Val, index: Val, dim: int, gathered: Val) -> Val:
+        """scatter into x along dim by the gather's index (in range, no larger than x along the other dims, often
+        repeated: the last write wins, as in ATen's CPU scatter). src: a number (sometimes a symbolic scalar), the
+        gathered values (a gather's result: read back from memory by another kernel), a new input of the index's
+        shape or larger, or that input through an elementwise op (recomputed at each position the kernel
+        searches). Never a Skip: the gather stays drawn as before."""
+        r = self.rng
+        kind = r.choice(["number", "gathered", "input", "computed"])
+        if kind in ("input", "computed") and len(self.b.program.inputs) >= 5:
+            kind = "gathered"
+        if kind == "number":
+            src = self.scalar(x)
+        elif kind == "gathered":
+            src = gathered
+        else:
+            shape = [n + r.choice([0, 0, 1]) for n in index.shape]
+            if math.prod(shape) > MAX_NUMEL:
+                shape = list(index.shape)
+            src = self.new_input(shape, x.dtype)
+            if kind == "computed":
+                src = self.b.apply("logical_not" if x.dtype == BOOL else "abs", src)
+        return self.b.apply("scatter", x, index, src, dim)
 
     def gen_scan(self):
         """cumsum (or cummax/cummin) along one dim of any value, sometimes combined with the value again (x - cumsum: exclusive

@@ -22,7 +22,9 @@ ops, up to 14 when a softmax or layer-norm chain is expanded into its primitives
   remainder, comparisons, logical and bitwise binaries, where, clamp, cast, permute, broadcast_in_dim (some with
   shapes from fd.ops.size), broadcast, expand, squeeze, reshape, slice, sum/prod/max/min/var/var_mean over one or
   two dims with keepdim both ways (sum also with dtype=Float), reductions broadcast back and combined with their
-  input, softmax and layer-norm chains (with lower-rank weight and bias).
+  input, softmax and layer-norm chains (with lower-rank weight and bias), index_select, gather/take_along_axis
+  (in some gather programs followed by a scatter by the same index: the last of repeated indices wins, as in
+  ATen's CPU scatter, which the reference runs), top-k, argsort, cumsum/cummax/cummin.
 Every value no op consumes is an output (plus some intermediates, now and then an input, and now and then one
 value twice).
 
@@ -59,7 +61,7 @@ Generator limitations (what it never produces, and why):
   (alias vs copy; Double vs the default float).
 - fd.ops.size only for dims of extent > 1 (pyfuser's size of a broadcast dim is symbolic, so broadcast_in_dim
   would make an expanded dim that squeeze refuses).
-- No pow, lerp, threshold, addcmul, cat, pad, gather/scatter, scans, matmul, random ops, fp8/fp4 or complex
+- No pow, lerp, threshold, addcmul, cat, pad, matmul, random ops, fp8/fp4 or complex
   (outside this fuzzer's op mix; they have their own tests), no alias_input outputs, no empty reductions
   (max of nothing raises in eager).
 """
