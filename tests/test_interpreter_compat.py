@@ -65,3 +65,67 @@ def test_install_patches_once_under_the_interpreter():
         "print('ONCE-OK')\n")
     r = _run(code, interpret=True)
     assert r.returncode == 0 and "ONCE-OK" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
+
+
+# --- tl.reduce with a combine function (on CPU: the interpreter's tree over whole slices) ----------------------
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from harness import DEVICE  # noqa: E402
+
+
+@triton.jit
+def _max_nan(a, b):
+    return tl.where(a != a, a, tl.where(b != b, b, tl.maximum(a, b)))
+
+
+@triton.jit
+def _argmax_first(v1, i1, v2, i2):
+    pick = (v1 > v2) | ((v1 == v2) & (i1 < i2))
+    return tl.where(pick, v1, v2), tl.where(pick, i1, i2)
+
+
+@triton.jit
+def _reductions(x_ptr, y_ptr, max_ptr, arg_ptr, all_ptr, kept_ptr, R: tl.constexpr, C: tl.constexpr):
+    r = tl.arange(0, R)[:, None]
+    c = tl.arange(0, C)[None, :]
+    x = tl.load(x_ptr + r * C + c)
+    tl.store(max_ptr + tl.arange(0, R), tl.reduce(x, 1, _max_nan))
+    y = tl.load(y_ptr + r * C + c)
+    _, i = tl.reduce((y, tl.broadcast_to(c, [R, C])), 1, _argmax_first)
+    tl.store(arg_ptr + tl.arange(0, R), i)
+    tl.store(all_ptr, tl.reduce(y, None, _max_nan))
+    kept = tl.reduce(x, 0, _max_nan, keep_dims=True)  # [1, C]
+    tl.store(kept_ptr + c, kept)
+
+
+@pytest.mark.parametrize("cols", [1, 2, 64, 4096])
+def test_reduce_with_a_combine_function(cols):
+    # NaN rows propagate NaN (the leftmost NaN's bits survive: a tree keeps left operands first), -0.0/+0.0 ties,
+    # and the first index of a repeated maximum, over widths from one element to a 4096-wide row.
+    rows = 4
+    gen = torch.Generator().manual_seed(cols)
+    x = torch.randn(rows, cols, generator=gen)
+    x[1, cols // 2] = float("nan")
+    x[2, :] = -0.0
+    x[2, cols - 1] = 0.0
+    y = torch.randint(-3, 3, (rows, cols), generator=gen).float()  # many repeated maxima
+    x, y = x.to(DEVICE), y.to(DEVICE)
+    mx = torch.empty(rows, device=DEVICE)
+    arg = torch.empty(rows, dtype=torch.int32, device=DEVICE)
+    top = torch.empty(1, device=DEVICE)
+    kept = torch.empty(cols, device=DEVICE)
+    _reductions[(1,)](x, y, mx, arg, top, kept, rows, cols)
+    want = x.cpu().amax(1)
+    want[2] = 0.0  # the GPU's max orders the zeros (+0.0); ATen's CPU amax returns -0.0 for this tie
+    assert torch.equal(mx.cpu().isnan(), want.isnan())
+    assert torch.equal(mx.cpu().nan_to_num(), want.nan_to_num())
+    assert torch.equal(mx.cpu().signbit(), want.signbit())  # max(-0.0, 0.0) is +0.0
+    assert torch.equal(arg.cpu().long(), y.cpu().argmax(1))  # torch.argmax: the first maximal index
+    assert top.item() == y.cpu().max().item()
+    want_kept = x.cpu().amax(0)
+    assert torch.equal(kept.cpu().nan_to_num(), want_kept.nan_to_num())
+    assert torch.equal(kept.cpu().isnan(), want_kept.isnan())
