@@ -125,10 +125,10 @@ def test_softmax_modes(cols):
 
 def test_wide_rows(monkeypatch):
     # Rows over 16384 columns (plan.wide_rows): a grid of a few programs per SM walks the rows in turn (the CPU
-    # plan assumes 4 SMs: 8 programs for 9 rows, so one walks two; the H200's 264 take one each), 4 tiles per step of the column loops. Tiles
-    # of 2048 here (8192 on the GPU; the interpreter is three times slower with those): 20000 columns are 3
-    # steps, the last one's tiles partly and wholly masked. Special values sit in every tile,
-    # the last row's last element included; the output keeps eager's strides.
+    # plan assumes 4 SMs: 8 programs for 9 rows, so one walks two; the H200's 264 take one each), 4 tiles per
+    # step of the column loops. Tiles of 2048 here (8192 by default; test_softmax_modes runs those), so that
+    # 20000 columns take 3 steps, the last one's tiles partly and wholly masked. Special values sit in every
+    # tile, the last row's last element included; the output keeps eager's strides.
     # Transposed (column-major rows): the kernel's column loop walks stride-9 elements (test_softmax_modes has
     # contiguous wide rows).
     from pyfuser.codegen import plan
