@@ -157,3 +157,29 @@ def test_out_of_range_index_with_sync_checks_raises_at_once():
     fd = define(fn)
     with pytest.raises(FusionExecutionError, match=r"fd.ops.index_select: index T1 holds a value outside \[0, 4\)"):
         fd.execute([x, wrong], _enable_options=["sync_offset_checks"])
+
+
+@pytest.mark.parametrize("op", ["gather", "take_along_axis", "index_select"])
+def test_index_that_is_its_arg_runs_on_aten(op):
+    # One tensor as both the source and the index (the kernel would read it through a view and as a loop operand
+    # at once): the op runs on ATen and says why; it crashed the planner with an IndexError before.
+    from pyfuser.segment.loop_domain import lowering_refusal
+
+    t = torch.tensor([[0, 1, 1], [2, 0, 1], [1, 1, 0]], device=DEVICE)
+    v = t[0]
+    eager = {"gather": lambda t: torch.gather(t, 1, t), "take_along_axis": lambda t: torch.take_along_dim(t, t, 1),
+             "index_select": lambda t: torch.index_select(t, 0, t)}[op]
+    x = v if op == "index_select" else t
+
+    def fn(fd):
+        a = fd.from_pytorch(x)
+        y = getattr(fd.ops, op)(a, a, 0 if op == "index_select" else 1)
+        fd.add_output(fd.ops.add(y, 1))
+
+    check_fusion(fn, [x], lambda x: eager(x) + 1, atol=0, rtol=0)
+    fd = define(fn)
+    fd.execute([x])
+    kinds = [r.kind for r in fd.last_execution()]
+    assert "ExprEval" in kinds, kinds
+    expr = next(e for e in fd.fusion.exprs if e.op.name == op)
+    assert lowering_refusal(expr) == f"fd.ops.{op} whose index is its arg runs on ATen"

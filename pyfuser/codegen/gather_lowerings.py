@@ -48,10 +48,17 @@ class IndexRangeCheck:
                 f"{_ATEN_NAME[self.op]})"]
 
 
-def _index_select_refusal(node):
-    if node.inputs[1].ndim != 1:
-        return "fd.ops.index_select with a 0-D index runs on ATen"
+def _index_is_arg_refusal(node):
+    # The kernel reads arg through a view and the index as a loop operand: one tensor cannot be both.
+    if node.args[1] is node.args[0]:
+        return f"fd.ops.{node.op.name} whose index is its arg runs on ATen"
     return complex_refusal(node)
+
+
+def _index_select_refusal(node):
+    if node.args[1].ndim != 1:
+        return "fd.ops.index_select with a 0-D index runs on ATen"
+    return _index_is_arg_refusal(node)
 
 
 def _index_select_operands(node):
@@ -59,7 +66,7 @@ def _index_select_operands(node):
 
 
 def _index_select_loop_map(node):
-    return [((node.outputs[0], node.kwargs["dim"]), (node.inputs[1], 0))]
+    return [((node.outputs[0], node.kwargs["dim"]), (node.args[1], 0))]
 
 
 def _plan_index_select(node, metas, relocated=None):
@@ -69,7 +76,7 @@ def _plan_index_select(node, metas, relocated=None):
     strides, sizes = list(view_strides(meta)), [int(n) for n in meta.sizes]
     gathered = int(meta.strides[dim])
     strides[dim], sizes[dim] = 0, 1  # the coordinate along ``dim`` comes from the index, not the loop
-    check = IndexRangeCheck("index_select", node.inputs[1].name, src.name, dim, int(meta.sizes[dim]))
+    check = IndexRangeCheck("index_select", node.args[1].name, src.name, dim, int(meta.sizes[dim]))
     return Access([View(src, out, tuple(sizes), tuple(strides), gathers=(gathered,))], [], {"check": check})
 
 
@@ -88,7 +95,7 @@ attach("index_select", lower=MemoryReadLowering(_index_select_operands, _plan_in
 
 
 def _elementwise_index_loop_map(node):
-    out, index = node.outputs[0], node.inputs[1]
+    out, index = node.outputs[0], node.args[1]
     return [((out, d), (index, d)) for d in range(out.ndim)]
 
 
@@ -125,7 +132,7 @@ def _extents(tv, metas, depth: int = 8):
 def _output_sizes(node, metas, src_sizes) -> list:
     """The output's extents for this signature: its own layout if it leaves the kernel, else from the index's
     (gather: the index's shape; take_along_axis: index and arg broadcast, the gathered dim the index's)."""
-    out, index, dim = node.outputs[0], node.inputs[1], node.kwargs["dim"]
+    out, index, dim = node.outputs[0], node.args[1], node.kwargs["dim"]
     if id(out) in metas:
         return [int(n) for n in metas[id(out)].sizes]
     idx = _extents(index, metas)
@@ -138,7 +145,7 @@ def _output_sizes(node, metas, src_sizes) -> list:
 
 
 def _plan_elementwise_index(node, metas, relocated=None):
-    src, index, out, dim = node.args[0], node.inputs[1], node.outputs[0], node.kwargs["dim"]
+    src, index, out, dim = node.args[0], node.args[1], node.outputs[0], node.kwargs["dim"]
     require_gpu_tensor(node, src)
     meta = metas[id(src)]
     src_sizes = [int(n) for n in meta.sizes]
@@ -162,4 +169,4 @@ def _plan_elementwise_index(node, metas, relocated=None):
 
 for _name in ("gather", "take_along_axis"):
     attach(_name, lower=MemoryReadLowering(_index_select_operands, _plan_elementwise_index, _emit_index_select,
-                                           complex_refusal, _elementwise_index_loop_map))
+                                           _index_is_arg_refusal, _elementwise_index_loop_map))
