@@ -171,17 +171,18 @@ def _layout(t, kind):
     ("expanded", "contiguous", "transposed"),
 ])
 def test_non_contiguous_operands(arg_layout, index_layout, src_layout):
-    x = _values((5, 6), torch.float32)
+    # Laid out on the device itself (a copy to CUDA would make them dense again).
+    x = _values((5, 6), torch.float32).to(DEVICE)
     if arg_layout == "expanded":  # arg broadcast along dim 0: the output still varies along it
         x = x[:1].expand(5, 6)
-    idx, src = _index((4, 5), 6, seed=3), _values((5, 7), torch.float32, seed=4)
+    idx, src = _index((4, 5), 6, seed=3).to(DEVICE), _values((5, 7), torch.float32, seed=4).to(DEVICE)
     xs, idxs, srcs = _layout(x, arg_layout), _layout(idx, index_layout), _layout(src, src_layout)
 
     def fn(fd):
         fd.add_output(fd.ops.scatter(fd.from_pytorch(xs), fd.from_pytorch(idxs), fd.from_pytorch(srcs), 1))
 
     fd = define(fn)
-    (out,) = fd.execute([xs.to(DEVICE), idxs.to(DEVICE), srcs.to(DEVICE)])
+    (out,) = fd.execute([xs, idxs, srcs])
     check(out, xs, 1, idxs, srcs)
     one_kernel(fd)
 
@@ -445,3 +446,21 @@ def test_arg_made_by_views_in_the_kernel():
     bits_equal(out.cpu(), torch.scatter(row.expand(4, 6), 1, i, s) * y)
     (report,) = fd.last_execution()
     assert report.runs_as == "aten" and "unknown when planning" in report.reason, report
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_aten_path_keeps_the_last_write(dtype):
+    # CUDA's own scatter leaves the winner among repeated indices unspecified; pyfuser's ATen path resolves them
+    # as ATen's CPU scatter and the kernel do (ops/indexing._scatter_last_write), so every path agrees on every
+    # device. Many repeats (9 positions into 3), the index smaller than arg and src larger, NaN payloads kept.
+    from pyfuser.ops.indexing import _scatter_last_write
+
+    iview = _BITS[torch.empty((), dtype=dtype).element_size()] if dtype.is_floating_point else dtype
+    for dim, shape, ishape in ((1, (4, 3), (3, 9)), (0, (3, 5), (9, 4)), (2, (2, 3, 3), (2, 2, 9))):
+        x = _values(shape, dtype, seed=dim).to(DEVICE)
+        idx = _index(ishape, shape[dim], seed=dim).to(DEVICE)
+        src = _values([n + 1 for n in ishape], dtype, seed=dim + 5).to(DEVICE)
+        got = _scatter_last_write(x, dim, idx, src)
+        want = torch.scatter(x.cpu().view(iview), dim, idx.cpu(), src.cpu().view(iview))  # moved by bits
+        assert torch.equal(got.cpu().view(iview), want), (dim, got, want)
+        assert got.stride() == torch.scatter(x, dim, idx, src).stride()

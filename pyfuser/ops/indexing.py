@@ -222,14 +222,48 @@ def take_along_axis(arg, index, dim: int):
 
 def _scatter_eval(node, arg, index, src, dim):
     # ``src`` is a tensor or a Python number: torch.scatter has an overload for each.
+    if isinstance(src, torch.Tensor) and arg.device.type == "cuda" and index.numel() > 0 and not arg.is_complex():
+        return _scatter_last_write(arg, dim, _long(index), src)
     return torch.scatter(arg, dim, _long(index), src)
+
+
+_BIT_VIEWS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _scatter_last_write(arg, dim: int, index, src):
+    """torch.scatter with repeated indices resolved as ATen's CPU scatter resolves them: the last write in index
+    order wins. CUDA's scatter leaves that winner unspecified (it may differ from call to call); pyfuser's kernel
+    and its CPU path both keep the last, so the ATen path on CUDA does too, deterministically: the winning
+    position of every written element is the largest position writing it (scatter_reduce "amax", the same
+    whatever order the writes land in), and src is taken there. The result is torch.scatter's own (its layout,
+    arg's elements where nothing writes) with the written elements replaced. Floats move as their bit patterns
+    (ATen's CPU gather and scatter of 16-bit floats rewrite NaNs)."""
+    if arg.dtype.is_floating_point:
+        bits = _BIT_VIEWS[arg.element_size()]
+        moved = _scatter_last_write(arg.resolve_neg().view(bits), dim, index, src.resolve_neg().view(bits))
+        return moved.view(arg.dtype)
+    out = torch.scatter(arg, dim, index, src)
+    pos_shape = [1] * index.dim()
+    pos_shape[dim] = index.shape[dim]
+    positions = torch.arange(index.shape[dim], device=index.device).view(pos_shape).expand(index.shape)
+    # Written elements lie within the index's extents along the other dims (torch.scatter's shape rule).
+    region_shape = [n if d == dim else index.shape[d] for d, n in enumerate(arg.shape)]
+    winner = torch.full(region_shape, -1, dtype=torch.int64, device=arg.device)
+    winner.scatter_reduce_(dim, index, positions, "amax")
+    region = out
+    for d, n in enumerate(region_shape):
+        if d != dim:
+            region = region.narrow(d, 0, n)
+    region.copy_(torch.where(winner >= 0, torch.gather(src, dim, winner.clamp(min=0)), region))
+    return out
 
 
 @register("scatter", OpKind.INDEXING, _scatter_eval)
 def scatter(arg, index, src, dim: int):
     """fd.ops.scatter(arg, index, src, dim): out-of-place torch.scatter (a copy of ``arg`` with
     ``out[..index[i]..] = src[..i..]`` along ``dim``). ``src`` is a tensor of arg's dtype or a scalar. With
-    repeated indices the written value is unspecified, as in torch."""
+    repeated indices the last write in index order wins, on every path and device (as ATen's CPU scatter; torch
+    documents it as unspecified, and CUDA's scatter leaves it so)."""
     op = "scatter"
     tv = require_tensor(op, arg, "arg")
     idx = _check_index(op, index)
