@@ -53,7 +53,11 @@ from .memory_views import (Access, MemoryReadLowering, Relocation, View, and_mas
                            require_gpu_tensor, view_strides)
 from .plan import folded_constant
 
-MAX_EXTENT = 256  # most positions searched per output element (index.size(dim))
+# Most positions searched per output element (index.size(dim)). H200 (benchmarks/results/2026-12-02-scatter.md):
+# a search costs ~1.3 ps per output element and position, so at 128 positions a [16384, 128] scatter took 0.35 ms
+# against eager's 0.06 ms, while at 8 it beat eager (0.021 vs 0.037 ms): past about 16 the split at an ATen
+# scatter is cheaper than the search.
+MAX_EXTENT = 16
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool)
 # Run-time scalars taken: Int/Bool values into these dtypes convert without overflow and with one rounding.
 _RUNTIME_SCALAR_DTYPES = (DataType.Int, DataType.Int32, DataType.Bool)
