@@ -31,7 +31,9 @@ with tempfile.TemporaryDirectory() as d:
         sig = {n: tuple(t) if isinstance(t, list) else t for n, t in k["signature"].items()}
         consts = {n: getattr(mod, c[1:]) if isinstance(c, str) and c.startswith("@") else c
                   for n, c in k["constexprs"].items()}
-        src = triton.compiler.ASTSource(fn=getattr(mod, k["name"]), signature=sig, constexprs=consts)
+        # "aligned": the pointer parameters' indices, specialized as the JIT does for 16-byte-aligned tensors
+        attrs = {(i,): [["tt.divisibility", 16]] for i in k.get("aligned", [])}
+        src = triton.compiler.ASTSource(fn=getattr(mod, k["name"]), signature=sig, constexprs=consts, attrs=attrs)
         compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=k["options"])
         assert compiled.asm["cubin"], k["name"]
         out.append(compiled.asm["ptx"])
@@ -39,11 +41,21 @@ print(json.dumps(out))
 """
 
 
-def kernel_spec(plan) -> dict:
-    """What the compile needs of a generated kernel's plan (codegen.plan.KernelPlan)."""
+def kernel_spec(plan, specialized: bool = False) -> dict:
+    """What the compile needs of a generated kernel's plan (codegen.plan.KernelPlan). ``specialized``: as the JIT
+    specializes a launch with 16-byte-aligned tensors: every pointer marked divisible by 16 and every int argument
+    equal to 1 made a constant (so the compiler vectorizes as it does on the GPU)."""
     signature, constexprs = plan.compile_spec()
-    return {"name": plan.name, "source": plan.source, "signature": signature, "constexprs": constexprs,
+    spec = {"name": plan.name, "source": plan.source, "signature": signature, "constexprs": constexprs,
             "options": {"num_warps": plan.num_warps, **COMPILE_OPTIONS}}
+    if specialized:
+        names = list(signature)
+        spec["aligned"] = [i for i, n in enumerate(names) if str(signature[n]).startswith("*")]
+        ints = [n for n in names if signature[n] in ("i32", "i64") and not n.startswith("s")]
+        for n, v in zip(ints[len(ints) - len(plan.fixed_args):], plan.fixed_args):
+            if v == 1:
+                signature[n], constexprs[n] = "constexpr", 1
+    return spec
 
 
 def plans_of(fd) -> list:

@@ -27,8 +27,12 @@ _TRITON = {
     # (zeros and infinities included); on integers 0 - x wraps INT_MIN to itself, as torch does.
     "neg": _triton("-{0}", "{0} * -1.0"),
     "abs": _triton("tl.abs({0})"),
-    # torch's sign is (0 < x) - (x < 0): 0 for NaN, +0.0 for -0.0.
-    "sign": _triton("tl.where({0} > 0, 1, tl.where({0} < 0, -1, 0)).to({0}.dtype)"),
+    # torch's sign is (0 < x) - (x < 0): 0 for NaN, +0.0 for -0.0. Floats are written as that difference of
+    # converted Bools: LLVM folds where(x < 0, -1, 0) converted to a float into a signed conversion of the i1,
+    # which the NVPTX backend lowers to bf16 as +1 (H200, fuzz seed 917: sign of a bf16 input stored as bf16 was
+    # +1 for negatives; the PTX read `selp.b32 1, 0` then `cvt.rn.bf16.s32`).
+    "sign": _triton("tl.where({0} > 0, 1, tl.where({0} < 0, -1, 0)).to({0}.dtype)",
+                    "({0} > 0).to({0}.dtype) - ({0} < 0).to({0}.dtype)"),
     # relu is clamp_min(x, 0): NaN stays, and (IEEE max, as on CUDA) relu(-0.0) is +0.0.
     "relu": _triton("tl.maximum({0}, 0)", "tl.where({0} != {0}, {0}, tl.maximum({0}, 0.0))"),
     "ceil": _triton("{0}", "libdevice.ceil({0})"),

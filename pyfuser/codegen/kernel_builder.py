@@ -61,6 +61,16 @@ def _mul_combine(a, b):
 
 
 @triton.jit
+def _int_to_bf16(x):
+    # An integer as eager converts it to bfloat16: to fp32 (round to nearest), then to bf16 (round to nearest
+    # even), that second rounding written with integer ops. Converted directly, LLVM folds a 0/-1 select (a
+    # sign, a negated Bool) into a signed conversion of the i1, which Triton 3.6's NVPTX backend lowers to bf16
+    # as +1 (selp 1, 0 then cvt.rn.bf16.s32; H200, fuzz seed 917). The value is finite: no NaN case.
+    b = x.to(tl.float32).to(tl.int32, bitcast=True)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).to(tl.int16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
 def _max_nan(a, b):
     # torch.maximum/amax propagate NaN (either operand); tl.maximum alone would drop it. tl.maximum itself is
     # IEEE's maximum, like CUDA's fmax that ATen uses: max(-0.0, +0.0) is +0.0 in either order.
@@ -291,6 +301,8 @@ class KernelBuilder:
             return self.cast(self.cast(v, torch.float32), dtype)
         if v.kind in ("arg", "const"):
             return self.op(f"tl.full([], {{0}}, {TL_DTYPE[dtype]})", [v], dtype)
+        if dtype == torch.bfloat16 and not v.dtype.is_floating_point:
+            return self.op("_int_to_bf16({0})", [v], dtype)  # (see the prelude: a backend miscompile)
         return self.op(f"{{0}}.to({TL_DTYPE[dtype]})", [v], dtype)
 
     def reduce(self, kind: str, v: KValue, dtype: Optional[torch.dtype] = None) -> KValue:
