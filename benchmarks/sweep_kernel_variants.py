@@ -19,12 +19,14 @@ Sections:
 - ``pipeline``: looped reductions with several tiles in flight (pipelined or unrolled column loops);
 - ``l2``: [1024, 65536] looped reductions scheduled so that their re-reads of a row hit L2;
 - ``rowgrid``: the best of ``l2`` widened (programs per SM, tiles in flight, hints) over the long-row shapes.
+The looped-kernel sections patch plain looped kernels, so they turn plan.wide_rows off (``wide_programs_per_sm=0``).
 Results (JSON, one record per variant) go to ``<out>/<date>-kernel-variants.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import importlib.util
 import json
@@ -169,6 +171,18 @@ def reversed_rereads(src: str) -> str:
         f"{pad}    c0 = (tl.cdiv(n_cols, BLOCK_C) - 1 - ci) * BLOCK_C"])
 
 
+@contextlib.contextmanager
+def tuning(**overrides):
+    """plan.TUNING with ``overrides`` inside the block (e.g. plain looped kernels to patch), restored after."""
+    saved = dict(plan_mod.TUNING)
+    plan_mod.TUNING.update(overrides)
+    try:
+        yield
+    finally:
+        plan_mod.TUNING.clear()
+        plan_mod.TUNING.update(saved)
+
+
 # --- running variants ------------------------------------------------------------------------------------------
 class Sweep:
     def __init__(self):
@@ -244,9 +258,7 @@ def _cases(shape, dtype, names):
 
 
 def section_tiles(sw: Sweep) -> None:
-    saved = dict(plan_mod.TUNING)
-    plan_mod.TUNING.update(persistent_max_cols=2048, row_tiles_min_cols=1 << 30)  # plain looped kernels
-    try:
+    with tuning(persistent_max_cols=2048, row_tiles_min_cols=1 << 30, wide_programs_per_sm=0):  # plain looped
         for dtype in (torch.bfloat16, torch.float32):
             for shape in ((8191, 5000), (4096, 16384), (16384, 4096)):
                 for name, fd, inputs, nbytes in _cases(shape, dtype, ("rmsnorm", "layernorm", "softmax")):
@@ -258,27 +270,25 @@ def section_tiles(sw: Sweep) -> None:
                             variants.append((f"{n} tiles bc{bc} w{warps}", [unrolled(n)],
                                              dict(BLOCK_C=bc, num_warps=warps)))
                     sw.run(f"{name} {list(shape)}", fd, inputs, nbytes, variants)
-    finally:
-        plan_mod.TUNING.clear()
-        plan_mod.TUNING.update(saved)
 
 
 def section_wide(sw: Sweep) -> None:
-    for dtype in (torch.float32, torch.bfloat16):
-        for name, fd, inputs, nbytes in _cases((1024, 65536), dtype, ("rmsnorm", "layernorm", "softmax")):
-            variants = [("as planned", [], {})]
-            for per_sm in (1, 2):
-                for warps in (8, 16):
-                    variants.append((f"{per_sm}/SM grid, L2 hints, w{warps}",
-                                     [grid_over_rows, eviction_hints, streaming_stores],
-                                     dict(grid=(sw.n_sms * per_sm,), num_warps=warps)))
-            for bc in (1024, 4096, 8192):
-                for warps in (4, 8, 16):
-                    variants.append((f"bc{bc} w{warps}", [], dict(BLOCK_C=bc, num_warps=warps)))
-                    variants.append((f"L2 hints bc{bc} w{warps}", [eviction_hints], dict(BLOCK_C=bc, num_warps=warps)))
-            variants.append(("1/SM grid, L2 hints, 3 stages", [grid_over_rows, eviction_hints, streaming_stores],
-                             dict(grid=(sw.n_sms,), BLOCK_C=4096, num_warps=16, num_stages=3)))
-            sw.run(f"{name} [1024, 65536]", fd, inputs, nbytes, variants)
+    with tuning(wide_programs_per_sm=0):  # the plain looped kernels these patches expect
+        for dtype in (torch.float32, torch.bfloat16):
+            for name, fd, inputs, nbytes in _cases((1024, 65536), dtype, ("rmsnorm", "layernorm", "softmax")):
+                variants = [("as planned", [], {})]
+                for per_sm in (1, 2):
+                    for warps in (8, 16):
+                        variants.append((f"{per_sm}/SM grid, L2 hints, w{warps}",
+                                         [grid_over_rows, eviction_hints, streaming_stores],
+                                         dict(grid=(sw.n_sms * per_sm,), num_warps=warps)))
+                for bc in (1024, 4096, 8192):
+                    for warps in (4, 8, 16):
+                        variants.append((f"bc{bc} w{warps}", [], dict(BLOCK_C=bc, num_warps=warps)))
+                        variants.append((f"L2 hints bc{bc} w{warps}", [eviction_hints], dict(BLOCK_C=bc, num_warps=warps)))
+                variants.append(("1/SM grid, L2 hints, 3 stages", [grid_over_rows, eviction_hints, streaming_stores],
+                                 dict(grid=(sw.n_sms,), BLOCK_C=4096, num_warps=16, num_stages=3)))
+                sw.run(f"{name} [1024, 65536]", fd, inputs, nbytes, variants)
 
 
 def section_bounds(sw: Sweep) -> None:
@@ -349,23 +359,16 @@ def section_pointwise(sw: Sweep) -> None:
 
 
 def section_clusters(sw: Sweep) -> None:
-    saved = dict(plan_mod.TUNING)
-    plan_mod.TUNING["persistent_max_cols"] = 1 << 17  # whole 65536-wide rows in one (clustered) program
-    try:
+    with tuning(persistent_max_cols=1 << 17):  # whole 65536-wide rows in one (clustered) program
         for name, fd, inputs, nbytes in _cases((1024, 65536), torch.float32, ("rmsnorm", "softmax")):
             sw.run(f"{name} [1024, 65536]", fd, inputs, nbytes,
                    [(f"num_ctas {c} w{w}", [], dict(num_ctas=c, num_warps=w)) for c in (2, 4, 8) for w in (8, 16)])
-    finally:
-        plan_mod.TUNING.clear()
-        plan_mod.TUNING.update(saved)
 
 
 def section_pipeline(sw: Sweep) -> None:
     """Looped reductions with more than one tile in flight per program: pipelined column loops, or loops unrolled
     by 2-4 tiles ([1024, 65536] in both dtypes; [4096, 16384] fp32 forced onto the looped kernel)."""
-    saved = dict(plan_mod.TUNING)
-    plan_mod.TUNING.update(persistent_max_cols=8192, row_tiles_min_cols=1 << 30)
-    try:
+    with tuning(persistent_max_cols=8192, row_tiles_min_cols=1 << 30, wide_programs_per_sm=0):
         shapes = [((1024, 65536), torch.bfloat16), ((1024, 65536), torch.float32), ((4096, 16384), torch.float32)]
         for shape, dtype in shapes:
             for name, fd, inputs, nbytes in _cases(shape, dtype, ("rmsnorm", "layernorm", "softmax")):
@@ -381,9 +384,6 @@ def section_pipeline(sw: Sweep) -> None:
                             variants.append((f"unroll{n} bc{bc} w{warps}", [unrolled_by(n)],
                                              dict(BLOCK_C=bc, num_warps=warps)))
                 sw.run(f"{name} {list(shape)}", fd, inputs, nbytes, variants)
-    finally:
-        plan_mod.TUNING.clear()
-        plan_mod.TUNING.update(saved)
 
 
 def section_l2(sw: Sweep) -> None:
@@ -391,24 +391,25 @@ def section_l2(sw: Sweep) -> None:
     (1024 programs) the rows are several times L2, so the re-reads come from HBM. Variants that keep them in L2:
     a grid of 1-2 programs per SM over the rows (with several tiles in flight per program), or later passes
     walking the row backwards."""
-    for dtype in (torch.bfloat16, torch.float32):
-        for name, fd, inputs, nbytes in _cases((1024, 65536), dtype, ("rmsnorm", "layernorm", "softmax")):
-            variants = [("as planned", [], {})]
-            for per_sm in (1, 2):
-                for n in (2, 4):
-                    for bc in (2048, 4096):
-                        for warps in (16, 32):
-                            variants.append((f"{per_sm}/SM unroll{n} bc{bc} w{warps}",
-                                             [eviction_hints, streaming_stores, unrolled_by(n), grid_over_rows],
-                                             dict(grid=(sw.n_sms * per_sm,), BLOCK_C=bc, num_warps=warps)))
-            for bc in (2048, 4096):
-                for warps in (8, 16):
-                    variants.append((f"reversed bc{bc} w{warps}", [reversed_rereads],
-                                     dict(BLOCK_C=bc, num_warps=warps)))
-                    variants.append((f"2/SM reversed unroll2 bc{bc} w{warps}",
-                                     [reversed_rereads, unrolled_by(2), grid_over_rows],
-                                     dict(grid=(sw.n_sms * 2,), BLOCK_C=bc, num_warps=warps)))
-            sw.run(f"{name} [1024, 65536]", fd, inputs, nbytes, variants)
+    with tuning(wide_programs_per_sm=0):  # the plain looped kernels these patches expect
+        for dtype in (torch.bfloat16, torch.float32):
+            for name, fd, inputs, nbytes in _cases((1024, 65536), dtype, ("rmsnorm", "layernorm", "softmax")):
+                variants = [("as planned", [], {})]
+                for per_sm in (1, 2):
+                    for n in (2, 4):
+                        for bc in (2048, 4096):
+                            for warps in (16, 32):
+                                variants.append((f"{per_sm}/SM unroll{n} bc{bc} w{warps}",
+                                                 [eviction_hints, streaming_stores, unrolled_by(n), grid_over_rows],
+                                                 dict(grid=(sw.n_sms * per_sm,), BLOCK_C=bc, num_warps=warps)))
+                for bc in (2048, 4096):
+                    for warps in (8, 16):
+                        variants.append((f"reversed bc{bc} w{warps}", [reversed_rereads],
+                                         dict(BLOCK_C=bc, num_warps=warps)))
+                        variants.append((f"2/SM reversed unroll2 bc{bc} w{warps}",
+                                         [reversed_rereads, unrolled_by(2), grid_over_rows],
+                                         dict(grid=(sw.n_sms * 2,), BLOCK_C=bc, num_warps=warps)))
+                sw.run(f"{name} [1024, 65536]", fd, inputs, nbytes, variants)
 
 
 def section_rowgrid(sw: Sweep) -> None:
@@ -416,9 +417,7 @@ def section_rowgrid(sw: Sweep) -> None:
     with and without the L2 eviction hints and streaming stores; the long-row shapes that miss today."""
     shapes = [((1024, 65536), torch.bfloat16), ((1024, 65536), torch.float32), ((4096, 16384), torch.float32),
               ((4096, 16384), torch.bfloat16)]
-    saved = dict(plan_mod.TUNING)
-    plan_mod.TUNING.update(persistent_max_cols=8192, row_tiles_min_cols=1 << 30)  # looped kernels to patch
-    try:
+    with tuning(persistent_max_cols=8192, row_tiles_min_cols=1 << 30, wide_programs_per_sm=0):  # looped kernels
         for shape, dtype in shapes:
             names = ("rmsnorm", "layernorm", "softmax") if shape[1] == 65536 else ("layernorm", "softmax")
             for name, fd, inputs, nbytes in _cases(shape, dtype, names):
@@ -431,9 +430,6 @@ def section_rowgrid(sw: Sweep) -> None:
                             variants.append((f"{per_sm}/SM unroll{n} bc{bc} w32{' hints' if hints else ''}", patches,
                                              dict(grid=(sw.n_sms * per_sm,), BLOCK_C=bc, num_warps=32)))
                 sw.run(f"{name} {list(shape)}", fd, inputs, nbytes, variants)
-    finally:
-        plan_mod.TUNING.clear()
-        plan_mod.TUNING.update(saved)
 
 
 SECTIONS = dict(tiles=section_tiles, wide=section_wide, bounds=section_bounds, divcheck=section_divcheck,

@@ -118,6 +118,11 @@ def and_masks(kb, masks: list):
     return out
 
 
+def _right_aligned(own: list, rank: int) -> list:
+    """An operand's strides over the last ``len(own)`` of ``rank`` output dims (it broadcasts along the others)."""
+    return [0] * (rank - len(own)) + list(own)
+
+
 class Relocation:
     """An operand made in the kernel (``value``), recomputed by its reader at the reader's output coordinates
     shifted by constants: the exprs computing it (elementwise ops over outside tensors and over slices/selects of
@@ -165,11 +170,8 @@ class Relocation:
         """Views reading at output coordinate c the operand's element at c + shift; returns them."""
         rank = self.target.ndim
         for key, (own, base, source) in self._own.items():
-            r = len(own)
-            strides = [0] * rank
-            for j, st in enumerate(own):
-                strides[rank - r + j] = st
-            base += sum(shift[rank - r + j] * st for j, st in enumerate(own))
+            strides = _right_aligned(own, rank)
+            base += sum(sh * st for sh, st in zip(shift, strides))
             self.views[key] = View(source, self.target, tuple(target_sizes), tuple(strides), base)
         return list(self.views.values())
 
@@ -179,10 +181,7 @@ class Relocation:
         ``dim`` (broadcast, or of lower rank) gathers nothing."""
         rank = self.target.ndim
         for key, (own, base, source) in self._own.items():
-            r = len(own)
-            strides = [0] * rank
-            for j, st in enumerate(own):
-                strides[rank - r + j] = st
+            strides = _right_aligned(own, rank)
             gathered, strides[dim] = strides[dim], 0
             self.views[key] = View(source, self.target, tuple(target_sizes), tuple(strides), base,
                                    gathers=(gathered,) if gathered else ())
