@@ -199,11 +199,13 @@ def test_random_shapes_layouts_dtypes(data):
     dtype = draw(st.sampled_from([torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int32,
                                   torch.int64, torch.bool]))
     seed = draw(st.integers(0, 1000))
-    x = _layout(_values(shape, dtype, seed), draw(st.sampled_from(["contiguous", "transposed", "offset", "negbit"])))
-    idx = _layout(_index(ishape, shape[dim], draw(st.sampled_from([torch.int64, torch.int32])), seed),
+    # (laid out on the device itself: a copy to CUDA would make them dense again)
+    x = _layout(_values(shape, dtype, seed).to(DEVICE),
+                draw(st.sampled_from(["contiguous", "transposed", "offset", "negbit"])))
+    idx = _layout(_index(ishape, shape[dim], draw(st.sampled_from([torch.int64, torch.int32])), seed).to(DEVICE),
                   draw(st.sampled_from(["contiguous", "transposed", "strided"])))
     if draw(st.booleans()):
-        src = _values([n + draw(st.integers(0, 1)) for n in ishape], dtype, seed + 1)
+        src = _values([n + draw(st.integers(0, 1)) for n in ishape], dtype, seed + 1).to(DEVICE)
         src = _layout(src, draw(st.sampled_from(["contiguous", "transposed", "offset", "negbit"])))
     else:
         src = draw(st.sampled_from([1.5, -2, 0, True]))
@@ -214,8 +216,7 @@ def test_random_shapes_layouts_dtypes(data):
         fd.add_output(fd.ops.scatter(t, ti, s, dim))
 
     fd = define(fn)
-    inputs = [x.to(DEVICE), idx.to(DEVICE)] + ([src.to(DEVICE)] if isinstance(src, torch.Tensor) else [])
-    (out,) = fd.execute(inputs)
+    (out,) = fd.execute([x, idx] + ([src] if isinstance(src, torch.Tensor) else []))
     check(out, x, dim, idx, src)
     one_kernel(fd)
 
