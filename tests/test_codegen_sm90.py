@@ -244,22 +244,29 @@ def _dt(name):
     return getattr(DataType, name)
 
 
-def generated_kernels():
+def generated_kernels(specialized: bool = False):
     kernels = []
     for name, fn, inputs in corpus():
         fd = define(fn)
         fd.execute(inputs)
         plans = plans_of(fd)
         assert plans, f"{name}: no generated kernel"
-        kernels += [kernel_spec(p) for p in plans]
+        kernels += [kernel_spec(p, specialized) for p in plans]
     return kernels
 
 
 def test_every_kernel_mode_compiles_for_sm90():
+    # Also as the GPU specializes a launch (aligned pointers, unit strides as constants: vectorized), where no
+    # integer may reach bf16 by a direct conversion (test_integer_to_bf16_never_converts_an_i1_directly).
     kernels = generated_kernels()
     modes = {k["name"].split("_")[1] for k in kernels}
     assert modes == {"pointwise", "persistent", "looped"}, modes
     assert len(compile_ptx(kernels)) == len(kernels)
+    specialized = compile_ptx(generated_kernels(specialized=True))
+    assert len(specialized) == len(kernels)
+    direct = [line.strip() for ptx in specialized for line in ptx.splitlines()
+              if line.strip().startswith(("cvt.rn.bf16.s", "cvt.rn.bf16.u", "cvt.rn.bf16x2.s"))]
+    assert not direct, direct
 
 
 def _bf16_from_bools(fd):
