@@ -179,7 +179,10 @@ def test_index_that_is_its_arg_runs_on_aten(op):
     check_fusion(fn, [x], lambda x: eager(x) + 1, atol=0, rtol=0)
     fd = define(fn)
     fd.execute([x])
-    kinds = [r.kind for r in fd.last_execution()]
-    assert "ExprEval" in kinds, kinds
+    reports = fd.last_execution()
+    aten = [r for r in reports if r.kind == "ExprEval"]
+    assert aten, [r.kind for r in reports]
     expr = next(e for e in fd.fusion.exprs if e.op.name == op)
-    assert lowering_refusal(expr) == f"fd.ops.{op} whose index is its arg runs on ATen"
+    why = f"fd.ops.{op} whose index is its arg runs on ATen"
+    assert lowering_refusal(expr) == why
+    assert aten[0].reason == f"ExprEval segment: {why}"  # the report says why

@@ -22,7 +22,7 @@ from ..errors import FusionExecutionError
 from ..ir.dtypes import DataType
 from ..ir.nodes import Scalar, TensorView, Val, Vector
 from ..ops.registry import OpKind
-from ..segment.loop_domain import NotFusable
+from ..segment.loop_domain import NotFusable, lowering_refusal
 from ..segment.segmenter import SchedulerKind, Segment, SegmentedFusion
 from .counting_sort_step import counting_sort_steps
 from .steps import (CallStep, KernelStep, LayoutCheckStep, PrologueStep, StepReport, compile_binder, resolving_bits,
@@ -66,6 +66,17 @@ def _guards_and_scalars(plan, metas: dict, slots, runtime, expr_eval_outputs: se
     scalars = plan.scalar_vals
     convert = any(isinstance(s, TensorView) or s.dtype is DataType.Bool for s in scalars if isinstance(s, Val))
     return guards, scalar_args(compile_binder(tuple(scalars), slots.get), convert)
+
+
+def _expr_eval_reason(seg: Segment) -> str:
+    """Why an ExprEval segment runs on ATen: "ExprEval segment", followed by the reasons of its ops that have a
+    Triton lowering but refused this use of it (an index searched over too many positions, a 0-D index, ...)."""
+    whys: list[str] = []
+    for e in seg.exprs:
+        why = lowering_refusal(e) if e.op.lower is not None else None
+        if why and why not in whys:
+            whys.append(why)
+    return "ExprEval segment" + (": " + "; ".join(whys) if whys else "")
 
 
 class ExecutionPlan:
@@ -116,7 +127,7 @@ class ExecutionPlan:
         own_kernel = any(e.op.kind is OpKind.OWN_KERNEL for e in seg.exprs)
         if seg.kind is SchedulerKind.EXPR_EVAL or own_kernel:
             expr_eval_outputs.update(id(o) for o in seg.outputs)
-            reason = "ExprEval segment"
+            reason = _expr_eval_reason(seg)
             if own_kernel and not use_kernels:  # why the op's torch reference runs instead of its kernel
                 reason = "torch reference of an op with a hand-written kernel: " + (
                     "kernel_codegen is disabled" if not runtime.options.kernel_codegen
