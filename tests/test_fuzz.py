@@ -678,3 +678,28 @@ def test_regression_one_alignment_factor_per_coordinate(seed):
             scaled.setdefault(coord, set()).add(factor)
         for coord, fs in scaled.items():
             assert len(fs) == 1, f"{report.kernel_name}: {coord} scaled by {sorted(fs)}"
+
+
+@pytest.mark.parametrize("seed", [127512, 917])
+def test_regression_seeds_found_2026_12_02(seed):
+    """127512 (CPU): a min over the cummin of top-k indices folded the lanes past k too: a scan dropped its
+    operand's lane mask (KValue.valid). 917 (H200): sign of a bf16 input came out +1 for negatives (an integer
+    converted straight to bf16, which Triton 3.6 miscompiles; codegen converts through fp32 now)."""
+    run_case(seed)
+
+
+def test_regression_reduction_of_a_scan_of_top_k():
+    # The smallest 3 of 9 and their indices, a running minimum of the indices, and its min: only the 3 lanes.
+    from pyfuser import DataType, FusionDefinition
+
+    x = torch.tensor([5.0, 0.5, -7.0, 3.0, -0.25, 8.0, 0.25, -0.5, 1.0], device=DEVICE)
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1], contiguity=[True], dtype=DataType.Float)
+        _, idx = fd.ops.topk(t, 3, dim=0, largest=False, sorted=True)
+        running = fd.ops.cummin(fd.ops.add(idx, 10), dim=0)
+        fd.add_output(fd.ops.min(running, dims=[0]))
+        fd.add_output(fd.ops.sum(running, dims=[0]))
+    low, sumv = fd.execute([x])
+    want = torch.cummin(torch.topk(x, 3, largest=False).indices + 10, 0).values
+    assert low.item() == want.min().item() and sumv.item() == want.sum().item(), (low, sumv, want)
+    assert fd.last_execution()[0].runs_as == "triton"

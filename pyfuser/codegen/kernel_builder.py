@@ -318,7 +318,12 @@ class KernelBuilder:
         """The inclusive scan of ``v`` along the columns (whole rows in one tile: persistent kernels only)."""
         if kind not in SCANS:
             raise ValueError(f"internal error: no scan {kind!r}")
-        return self._add(KValue("scan", v.dtype, (v,), full=True, level=v.level + 1, reduction=kind))
+        out = self._add(KValue("scan", v.dtype, (v,), full=True, level=v.level + 1, reduction=kind))
+        # A narrow operand's lanes (a top-k result: the first k columns) stay the result's: the lanes past them
+        # come after every valid one, so they change no valid prefix, but a later reduction must skip them
+        # (fuzz seed 127512: a min over a cummin of top-k indices took the lanes past k).
+        out.valid = v.valid
+        return out
 
     def argsort(self, key: KValue, column: KValue, descending: bool) -> KValue:
         """The stable argsort of ``key`` along the columns (persistent kernels only; ``column``: the column
