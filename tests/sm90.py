@@ -51,7 +51,7 @@ def kernel_spec(plan, specialized: bool = False) -> dict:
     if specialized:
         names = list(signature)
         spec["aligned"] = [i for i, n in enumerate(names) if str(signature[n]).startswith("*")]
-        ints = [n for n in names if signature[n] in ("i32", "i64") and not n.startswith("s")]
+        ints = [n for n in names if signature[n] in ("i32", "i64")]  # the plan's fixed ints come last
         for n, v in zip(ints[len(ints) - len(plan.fixed_args):], plan.fixed_args):
             if v == 1:
                 signature[n], constexprs[n] = "constexpr", 1

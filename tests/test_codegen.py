@@ -123,6 +123,26 @@ def test_softmax_modes(cols):
     assert fd.last_execution()[0].kernel_name.split("_")[1] == ("persistent" if cols == 50 else "looped")
 
 
+def _row_reductions(fd, x):
+    """softmax, a LayerNorm-style normalization and a min over the rows of ``x`` (cast to Float); returns the cast.
+    Float outputs: the reduction order differs from eager's, so a BFloat16 rounding could flip by one ulp."""
+    t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
+    e = fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, dims=[1], keepdim=True)))
+    fd.add_output(fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True)))
+    var, mean = fd.ops.var_mean(t, dims=[1], correction=0, keepdim=True)
+    fd.add_output(fd.ops.mul(fd.ops.sub(t, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5))))
+    fd.add_output(fd.ops.min(t, dims=[1]))
+    return t
+
+
+def _row_reductions_eager(x):
+    """``_row_reductions`` op by op (torch.softmax would return a contiguous tensor for a transposed x)."""
+    t = x.float()
+    e = torch.exp(t - t.amax(1, keepdim=True))
+    var, mean = torch.var_mean(t, dim=1, correction=0, keepdim=True)
+    return [e / e.sum(1, keepdim=True), (t - mean) * torch.rsqrt(var + 1e-5), t.amin(1)]
+
+
 def test_wide_rows(monkeypatch):
     # Rows over 16384 columns (plan.wide_rows): a grid of a few programs per SM walks the rows in turn (the CPU
     # plan assumes 4 SMs: 8 programs for 9 rows, so one walks two; the H200's 264 take one each), 4 tiles per
@@ -144,21 +164,11 @@ def test_wide_rows(monkeypatch):
     x[rows - 1, cols - 1] = -3e38
 
     def fn(fd):
-        t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
-        e = fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, dims=[1], keepdim=True)))
-        fd.add_output(fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True)))
-        var, mean = fd.ops.var_mean(t, dims=[1], correction=0, keepdim=True)
-        fd.add_output(fd.ops.mul(fd.ops.sub(t, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5))))
+        t = _row_reductions(fd, x)
         fd.add_output(fd.ops.cast(fd.ops.neg(t), DataType.BFloat16))  # no reduction: bit for bit
-        fd.add_output(fd.ops.min(t, dims=[1]))
 
-    def eager(x):  # op by op (torch.softmax would return a contiguous tensor for a transposed x)
-        t = x.float()
-        e = torch.exp(t - t.amax(1, keepdim=True))
-        var, mean = torch.var_mean(t, dim=1, correction=0, keepdim=True)
-        return [e / e.sum(1, keepdim=True), (t - mean) * torch.rsqrt(var + 1e-5), (-t).to(torch.bfloat16), t.amin(1)]
-
-    check_fusion(fn, [x], eager, atol=1e-5, rtol=1e-4)
+    check_fusion(fn, [x], lambda x: _row_reductions_eager(x) + [(-x.float()).to(torch.bfloat16)], atol=1e-5,
+                 rtol=1e-4)
     with FusionDefinition() as fd:
         fn(fd)
     fd.execute([x])
@@ -224,20 +234,9 @@ def test_rows_in_tiles(cols, layout):
     x[5, cols - 1] = 1e30
 
     def fn(fd):
-        t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
-        e = fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, dims=[1], keepdim=True)))
-        fd.add_output(fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True)))
-        var, mean = fd.ops.var_mean(t, dims=[1], correction=0, keepdim=True)
-        # Float output: the reduction order differs from eager's, so a BFloat16 rounding could flip by one ulp.
-        fd.add_output(fd.ops.mul(fd.ops.sub(t, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5))))
-        fd.add_output(fd.ops.min(t, dims=[1]))
+        _row_reductions(fd, x)
 
-    def eager(x):
-        t = x.float()
-        var, mean = torch.var_mean(t, dim=1, correction=0, keepdim=True)
-        return [torch.softmax(t, -1), (t - mean) * torch.rsqrt(var + 1e-5), t.amin(1)]
-
-    check_fusion(fn, [x], eager, atol=1e-5, rtol=1e-4)
+    check_fusion(fn, [x], _row_reductions_eager, atol=1e-5, rtol=1e-4)
     with FusionDefinition() as fd:
         fn(fd)
     fd.execute([x])

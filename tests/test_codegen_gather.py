@@ -159,14 +159,17 @@ def test_out_of_range_index_with_sync_checks_raises_at_once():
         fd.execute([x, wrong], _enable_options=["sync_offset_checks"])
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
 @pytest.mark.parametrize("op", ["gather", "take_along_axis", "index_select"])
-def test_index_that_is_its_arg_runs_on_aten(op):
+def test_index_that_is_its_arg_runs_on_aten(op, layout):
     # One tensor as both the source and the index (the kernel would read it through a view and as a loop operand
     # at once): the op runs on ATen and says why; it crashed the planner with an IndexError before.
     from pyfuser.segment.loop_domain import lowering_refusal
 
     t = torch.tensor([[0, 1, 1], [2, 0, 1], [1, 1, 0]], device=DEVICE)
-    v = t[0]
+    if layout == "transposed":  # (the same values in column-major memory; index_select's row: stride 3)
+        t = t.t().contiguous().t()
+    v = t[:, 0] if layout == "transposed" else t[0]
     eager = {"gather": lambda t: torch.gather(t, 1, t), "take_along_axis": lambda t: torch.take_along_dim(t, t, 1),
              "index_select": lambda t: torch.index_select(t, 0, t)}[op]
     x = v if op == "index_select" else t

@@ -269,30 +269,33 @@ def test_every_kernel_mode_compiles_for_sm90():
     assert not direct, direct
 
 
-def _bf16_from_bools(fd):
-    x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=_dt("BFloat16"))
+def _bf16_from_bools(fd, x):
     neg = fd.ops.lt(x, 0.0)
     fd.add_output(fd.ops.sign(x))  # sign of a bf16 input, stored as bf16
     fd.add_output(fd.ops.cast(fd.ops.neg(fd.ops.cast(neg, _dt("Int"))), _dt("BFloat16")))  # -1 or 0
     fd.add_output(fd.ops.cast(fd.ops.where(neg, -1, 0), _dt("BFloat16")))
 
 
-def test_integer_to_bf16_never_converts_an_i1_directly():
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_integer_to_bf16_never_converts_an_i1_directly(layout):
     # Triton 3.6's NVPTX backend lowers a signed conversion of an i1 to bf16 as +1 (`selp.b32 1, 0` then
     # `cvt.rn.bf16.s32`), and LLVM makes one out of a 0/-1 select converted to bf16: on the H200, fuzz seed 917's
     # sign of a bf16 input came out +1 for negatives. Compiled as the GPU specializes the launch (aligned,
     # vectorized), no integer reaches bf16 by a direct conversion, and the values are eager's.
     from harness import check_fusion
 
-    x = make((8, 64), torch.bfloat16)
-    x[0, :4] = torch.tensor([-0.0, 0.0, float("nan"), -float("inf")])
+    x = make((8, 64), torch.bfloat16) if layout == "contiguous" else transposed((8, 64), torch.bfloat16)
+    x[0, :4] = torch.tensor([-0.0, 0.0, float("nan"), -float("inf")], dtype=torch.bfloat16)
 
     def eager(x):
         neg = x < 0
         return [torch.sign(x), (-(neg.long())).to(torch.bfloat16), torch.where(neg, -1, 0).to(torch.bfloat16)]
 
-    check_fusion(_bf16_from_bools, [x], eager, atol=0, rtol=0)
-    fd = define(_bf16_from_bools)
+    def fn(fd):
+        _bf16_from_bools(fd, fd.from_pytorch(x))
+
+    check_fusion(fn, [x], eager, atol=0, rtol=0)
+    fd = define(fn)
     fd.execute([x])
     ptx = "\n".join(compile_ptx([kernel_spec(p, specialized=True) for p in plans_of(fd)]))
     bad = [line.strip() for line in ptx.splitlines() if line.strip().startswith(("cvt.rn.bf16.s", "cvt.rn.bf16x2.s"))]

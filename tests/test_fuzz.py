@@ -688,18 +688,27 @@ def test_regression_seeds_found_2026_12_02(seed):
     run_case(seed)
 
 
-def test_regression_reduction_of_a_scan_of_top_k():
-    # The smallest 3 of 9 and their indices, a running minimum of the indices, and its min: only the 3 lanes.
-    from pyfuser import DataType, FusionDefinition
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+def test_regression_reduction_of_a_scan_of_top_k(layout):
+    # The smallest 3 of 9 and their indices, a running minimum of the indices, and its min and sum: only the
+    # 3 lanes count (lanes past k hold other indices).
+    from harness import check_fusion, define
 
     x = torch.tensor([5.0, 0.5, -7.0, 3.0, -0.25, 8.0, 0.25, -0.5, 1.0], device=DEVICE)
-    with FusionDefinition() as fd:
-        t = fd.define_tensor([-1], contiguity=[True], dtype=DataType.Float)
-        _, idx = fd.ops.topk(t, 3, dim=0, largest=False, sorted=True)
+    if layout == "strided":
+        x = torch.stack([x, -x], -1)[:, 0]
+
+    def fn(fd):
+        _, idx = fd.ops.topk(fd.from_pytorch(x), 3, dim=0, largest=False, sorted=True)
         running = fd.ops.cummin(fd.ops.add(idx, 10), dim=0)
         fd.add_output(fd.ops.min(running, dims=[0]))
         fd.add_output(fd.ops.sum(running, dims=[0]))
-    low, sumv = fd.execute([x])
-    want = torch.cummin(torch.topk(x, 3, largest=False).indices + 10, 0).values
-    assert low.item() == want.min().item() and sumv.item() == want.sum().item(), (low, sumv, want)
+
+    def eager(x):
+        running = torch.cummin(torch.topk(x, 3, largest=False).indices + 10, 0).values
+        return [running.amin(0), running.sum(0)]
+
+    check_fusion(fn, [x], eager, atol=0, rtol=0)
+    fd = define(fn)
+    fd.execute([x])
     assert fd.last_execution()[0].runs_as == "triton"

@@ -458,7 +458,9 @@ def test_aten_path_keeps_the_last_write(dtype):
 
     iview = _BITS[torch.empty((), dtype=dtype).element_size()] if dtype.is_floating_point else dtype
     for dim, shape, ishape in ((1, (4, 3), (3, 9)), (0, (3, 5), (9, 4)), (2, (2, 3, 3), (2, 2, 9))):
+        # (2-D args transposed in memory, laid out on the device: the result keeps torch.scatter's strides)
         x = _values(shape, dtype, seed=dim).to(DEVICE)
+        x = _layout(x, "transposed")
         idx = _index(ishape, shape[dim], seed=dim).to(DEVICE)
         src = _values([n + 1 for n in ishape], dtype, seed=dim + 5).to(DEVICE)
         got = _scatter_last_write(x, dim, idx, src)

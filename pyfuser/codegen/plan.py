@@ -290,29 +290,26 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
     itemsize = max(p.dtype.itemsize for p in params)
     # Scans, argsorts and top-k's narrow (lane-masked) results need each row whole in one tile.
     whole_rows = has_scan or any(v.kind in ("scan", "argsort") or v.valid is not None for v in kb.nodes)
-    tiles = None
+    tiles = wide = None
     if reduction is None:
         mode = "pointwise"
     elif n_cols <= TUNING["persistent_max_cols"]:
         tiles = None if whole_rows else row_tiles(n_cols)
-        mode = "persistent" if tiles is None else "looped"
-        if mode == "persistent" and not whole_rows and wide_rows(n_cols, itemsize, kb.max_level):
-            mode = "looped"
+        wide = None if whole_rows or tiles is not None else wide_rows(n_cols, itemsize, kb.max_level)
+        mode = "persistent" if tiles is None and wide is None else "looped"
     elif whole_rows:
         raise NotFusable(f"a scan, argsort or top-k over {n_cols} columns (generated kernels keep the whole row in "
                          "registers for them)")
     else:
         mode = "looped"
-    wide = None
+        wide = wide_rows(n_cols, itemsize, kb.max_level)
     if tiles is not None:
         (block_c, n_tiles), block_r, num_warps = tiles, 1, TUNING["row_tiles_warps"]
     else:
         n_tiles = 0
         block_r, block_c, num_warps = _blocks(mode, n_rows, n_cols, itemsize)
-        if mode == "looped":
-            wide = wide_rows(n_cols, itemsize, kb.max_level)
-            if wide is not None:
-                block_c, unroll, num_warps, programs = wide
+        if wide is not None:
+            block_c, unroll, num_warps, programs = wide
     n_cols_factor = _aligned_factor(n_cols, 1)
     source_body = kernel_source("KERNEL", kb, params, len(row_runs), len(col_runs), mode, index64, n_cols_factor,
                                 n_tiles, unroll if wide else 0)
