@@ -119,7 +119,6 @@ class Launcher:
         when its specialization can be launched directly (None on the interpreter or while hooks force the JIT).
         A scalar may be a tuple (a load prologue's arguments, tensors included): its elements are part of the
         specialization key and its tensors are passed by address."""
-        global _direct_enabled
         g0 = grid[0]
         g1 = grid[1] if len(grid) > 1 else 1
         g2 = grid[2] if len(grid) > 2 else 1
@@ -143,13 +142,7 @@ class Launcher:
                                  *ptrs, *map(_raw, scalars), *constexprs)
                     return compiled
                 except Exception as e:  # an incompatible Triton: take the JIT path from now on
-                    tuples = any(type(v) is tuple for v in scalars)
-                    warnings.warn(f"pyfuser: direct kernel launch failed ({type(e).__name__}: {e}); using Triton's "
-                                  f"JIT launch path from now on{' for ' + self.name if tuples else ''}")
-                    if tuples:  # only launches with tuple arguments are in doubt
-                        self._jit_only = True
-                    else:
-                        _direct_enabled = False
+                    self._direct_failed(e, scalars)
                     direct = False
         start = time.perf_counter()
         compiled = self.fn[(g0, g1, g2)](*(jit_tensors() if jit_tensors else tensors), *scalars, *constexprs,
@@ -165,46 +158,108 @@ class Launcher:
             return compiled
         return None
 
-    def bind(self, grid: Sequence[int], constexprs: Sequence, device: torch.device) -> None:
-        """Fix the grid, constexprs and device of every later :meth:`launch_bound` (a generated kernel's plan
-        fixes them per input signature)."""
-        self._grid = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
-        self._constexprs = tuple(constexprs)
-        self._device = device
-        self._cuda = device.type == "cuda"
-        self._bound: dict = {}
+    def _direct_failed(self, e: Exception, scalars: Sequence) -> None:
+        global _direct_enabled
+        tuples = any(type(v) is tuple for v in scalars)
+        warnings.warn(f"pyfuser: direct kernel launch failed ({type(e).__name__}: {e}); using Triton's JIT launch "
+                      f"path from now on{' for ' + self.name if tuples else ''}")
+        if tuples:  # only launches with tuple arguments are in doubt
+            self._jit_only = True
+        else:
+            _direct_enabled = False
 
-    def launch_bound(self, tensors: list, scalars: tuple) -> None:
-        """:meth:`launch` with the bound grid and constexprs. The dtypes are fixed too, so a specialization is
-        keyed by pointer alignment and integer specialization alone (checked on every call)."""
-        if self._cuda and _direct_enabled and not _launch_hooks_installed():
+    def bind(self, grid: Sequence[int], fixed: Sequence, device: torch.device) -> "BoundLaunch":
+        """A launch of this kernel with its grid, device and trailing arguments ``fixed`` (the constexprs, and any
+        integers before them that are fixed too) bound once (see :class:`BoundLaunch`)."""
+        return BoundLaunch(self, grid, fixed, device)
+
+
+class BoundLaunch:
+    """One launch site whose grid, device and trailing arguments are fixed: a generated kernel's plan fixes them
+    per input signature, and so does a prepared hand-written kernel (docs/runtime.md, "Prepared op kernels").
+
+    ``bound(tensors, scalars=(), jit_tensors=None)`` passes ``(*tensors, *scalars, *fixed)``. The dtypes are
+    fixed with the site, so a cached specialization is keyed by the pointers' 16-byte alignment and the per-call
+    scalars' integer specialization alone (checked on every call: a launch never runs with assumptions its
+    arguments break); the fixed arguments were keyed once, when the specialization was first launched through
+    :meth:`Launcher.launch` (``jit_tensors`` as there), the first ``n_ints`` of them as runtime integers (by their
+    specialization, so that sites of other sizes share the launcher's compiled kernels) and the rest as constexprs.
+    ``tuple_scalars``: some scalar is a tuple (a load prologue's arguments), passed with its tensors as
+    addresses."""
+
+    __slots__ = ("launcher", "grid", "fixed", "n_ints", "device", "cuda", "tuple_scalars", "_compiled")
+
+    def __init__(self, launcher: Launcher, grid: Sequence[int], fixed: Sequence, device: torch.device,
+                 n_ints: int = 0, tuple_scalars: bool = False):
+        self.launcher = launcher
+        self.grid = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+        self.fixed = tuple(fixed)
+        self.n_ints = n_ints
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.tuple_scalars = tuple_scalars
+        self._compiled: dict = {}
+
+    def __call__(self, tensors: Sequence[torch.Tensor], scalars: tuple = (),
+                 jit_tensors: Optional[Callable[[], Sequence[torch.Tensor]]] = None) -> None:
+        if self.cuda and _direct_enabled and not self.launcher._jit_only and not _launch_hooks_installed():
             ptrs = [t.data_ptr() for t in tensors]
             key = (tuple([p & 15 == 0 for p in ptrs]), tuple(map(_scalar_spec, scalars)) if scalars else ())
-            compiled = self._bound.get(key)
+            compiled = self._compiled.get(key)
             if compiled is not None:
-                g0, g1, g2 = self._grid
-                compiled.run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(self._device.index), compiled.function,
-                             compiled.packed_metadata, None, None, None, *ptrs, *scalars, *self._constexprs)
-                return
-            compiled = self.launch(self._grid, tensors, scalars, self._constexprs)
+                g0, g1, g2 = self.grid
+                if not self.tuple_scalars:
+                    compiled.run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(self.device.index),
+                                 compiled.function, compiled.packed_metadata, None, None, None, *ptrs, *scalars,
+                                 *self.fixed)
+                    return
+                try:  # tuple arguments: a Triton whose compiled launcher does not take them sends this kernel to
+                    compiled.run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(self.device.index),  # the JIT
+                                 compiled.function, compiled.packed_metadata, None, None, None, *ptrs,
+                                 *map(_raw, scalars), *self.fixed)
+                    return
+                except Exception as e:
+                    self.launcher._direct_failed(e, scalars)
+            compiled = self._launch(tensors, scalars, jit_tensors)
             if compiled is not None:
-                self._bound[key] = compiled
+                self._compiled[key] = compiled
             return
-        self.launch(self._grid, tensors, scalars, self._constexprs)
+        self._launch(tensors, scalars, jit_tensors)
+
+    def _launch(self, tensors, scalars, jit_tensors):
+        n = self.n_ints
+        return self.launcher.launch(self.grid, tensors, (*scalars, *self.fixed[:n]), self.fixed[n:], jit_tensors)
 
 
 _LAUNCHERS: dict = {}
 _LAUNCHERS_LOCK = threading.Lock()
 
 
-def launch(kernel, grid: Sequence[int], tensors: Sequence[torch.Tensor], ints: Sequence[int], meta: dict,
-           num_warps: int, num_stages: Optional[int] = None, jit_tensors: Optional[Callable] = None) -> None:
-    """Launch a hand-written kernel: ``kernel[grid](*tensors, *ints, **meta, num_warps=, num_stages=)``, its
-    constexpr parameters (``meta``, in parameter order) last. One :class:`Launcher` per (kernel, launch options)
-    lives for the process: hand-written kernels are a fixed, small set."""
+def shared_launcher(kernel, num_warps: int, num_stages: Optional[int] = None, compile_options=None) -> Launcher:
+    """The process's one :class:`Launcher` of a hand-written kernel at these launch options (a kernel always
+    compiles with the same ``compile_options``): hand-written kernels are a fixed, small set, and sharing the
+    launcher shares its compiled specializations among every call site (a prepared launch of a new input signature
+    finds them compiled)."""
     key = (kernel, num_warps, num_stages)
     launcher = _LAUNCHERS.get(key)
     if launcher is None:
         with _LAUNCHERS_LOCK:
-            launcher = _LAUNCHERS.setdefault(key, Launcher(kernel, num_warps, num_stages))
-    launcher.launch(grid, tensors, ints, tuple(meta.values()), jit_tensors)
+            launcher = _LAUNCHERS.setdefault(key, Launcher(kernel, num_warps, num_stages,
+                                                           compile_options=compile_options))
+    return launcher
+
+
+def launch(kernel, grid: Sequence[int], tensors: Sequence[torch.Tensor], ints: Sequence[int], meta: dict,
+           num_warps: int, num_stages: Optional[int] = None, jit_tensors: Optional[Callable] = None) -> None:
+    """Launch a hand-written kernel: ``kernel[grid](*tensors, *ints, **meta, num_warps=, num_stages=)``, its
+    constexpr parameters (``meta``, in parameter order) last."""
+    shared_launcher(kernel, num_warps, num_stages).launch(grid, tensors, ints, tuple(meta.values()), jit_tensors)
+
+
+def bound_launch(kernel, grid: Sequence[int], ints: Sequence[int], meta: dict, num_warps: int,
+                 num_stages: Optional[int] = None, *, device: torch.device, compile_options: Optional[dict] = None,
+                 tuple_scalars: bool = False) -> BoundLaunch:
+    """:func:`launch` prepared once: ``bound(tensors, scalars=(), jit_tensors=None)`` launches
+    ``kernel[grid](*tensors, *scalars, *ints, **meta)``. What a prepared op kernel fixes per input signature."""
+    launcher = shared_launcher(kernel, num_warps, num_stages, compile_options)
+    return BoundLaunch(launcher, grid, (*ints, *meta.values()), device, len(ints), tuple_scalars)

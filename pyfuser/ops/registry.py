@@ -70,6 +70,14 @@ class OpDef:
     # call it where Triton runs (CUDA, or the interpreter) and kernels are enabled; ``evaluate`` stays the
     # pure-torch reference.
     kernel: Optional[Callable] = None
+    # The kernel's work that depends only on its arguments' metadata, done once per input signature (attached with
+    # ``kernel``): ``prepare(node, *args, **kwargs)`` checks the shapes, dtypes and layouts (raising what ``kernel``
+    # raises) and works out the launch configuration, and returns ``run``, of ``kernel``'s signature, which does
+    # only what depends on values: binding pointers, allocating outputs, checking offsets, launching. ``run``
+    # computes what ``kernel`` computes for any arguments with the metadata ``prepare`` saw (sizes, strides, dtype,
+    # device, 16-byte alignment, negative/conjugate bits: what an input signature fixes); anything else it depends
+    # on (a storage's size) it compares per call. None: the runtime calls ``kernel`` on every call.
+    prepare: Optional[Callable] = None
     # Whether the op accepts Float4_e2m1fn operands (packed at run time: most ATen ops cannot read them).
     accepts_fp4: bool = False
 
@@ -187,14 +195,14 @@ def all_ops() -> dict[str, OpDef]:
     return dict(_OPS)
 
 
-# The fields that later layers attach to an op by name: ``lower`` (pyfuser.codegen) and ``kernel``
+# The fields that later layers attach to an op by name: ``lower`` (pyfuser.codegen), ``kernel`` and ``prepare``
 # (pyfuser.kernels). The registry holds the slot; the layer that owns the code fills it, so ops never import it.
-_ATTACHABLE = ("lower", "kernel")
+_ATTACHABLE = ("lower", "kernel", "prepare")
 
 
 def attach(name: str, **fields) -> None:
-    """Attach a Triton lowering (``lower=``) or a hand-written kernel (``kernel=``) to the registered op
-    ``name``. Attaching a field twice is a programming error (two lowerings for one op)."""
+    """Attach a Triton lowering (``lower=``) or a hand-written kernel (``kernel=``, optionally with its
+    ``prepare=``) to the registered op ``name``. Attaching a field twice is a programming error (two lowerings for one op)."""
     opdef = _OPS.get(name)
     if opdef is None:
         raise RuntimeError(f"attach: no op named {name!r} is registered")

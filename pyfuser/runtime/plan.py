@@ -26,7 +26,7 @@ from ..segment.loop_domain import NotFusable, lowering_refusal
 from ..segment.segmenter import SchedulerKind, Segment, SegmentedFusion
 from .counting_sort_step import counting_sort_steps
 from .steps import (CallStep, KernelStep, LayoutCheckStep, PrologueStep, StepReport, compile_binder, resolving_bits,
-                    scalar_args)
+                    resolving_bits_prepare, scalar_args)
 
 
 class SlotMap:
@@ -158,15 +158,18 @@ class ExecutionPlan:
         steps = []
         for e in exprs:
             own = use_kernels and e.op.kernel is not None
-            fn = e.op.evaluate
+            fn, prepare = e.op.evaluate, None
             if own:
-                fn = resolving_bits(e.op.kernel) if self.resolve_bits else e.op.kernel
+                fn, prepare = e.op.kernel, e.op.prepare
+                if self.resolve_bits:
+                    fn = resolving_bits(fn)
+                    prepare = prepare and resolving_bits_prepare(prepare)
             out_slots = [slots.assign(o) for o in e.outputs]
             element_slots = [[slots.assign(x) for x in o.elements] if isinstance(o, Vector) else None
                              for o in e.outputs]
             kind = "op kernel" if own else "aten"
             steps.append(CallStep(e, fn, slots.get, out_slots, element_slots, kind, e.op.name if own else reason,
-                                  seg.index))
+                                  seg.index, prepare))
         return steps
 
     def _prologue_steps(self, seg: Segment, slots: SlotMap, runtime, input_metas: dict, expr_eval_outputs: set):
@@ -215,8 +218,8 @@ class ExecutionPlan:
         launcher.fn = load_kernel(plan.source, plan.name, owner=launcher)  # released with the launcher
         out_metas = [(tuple(metas[id(tv)].sizes), tuple(metas[id(tv)].strides), metas[id(tv)].dtype)
                      for tv in plan.outputs]
-        launcher.bind(plan.grid, (*plan.fixed_args, plan.block_r, plan.block_c), runtime.device)
-        step = KernelStep(plan, launcher, [slots.get(tv) for tv in plan.inputs], [slots.assign(tv) for tv in plan.outputs],
+        bound = launcher.bind(plan.grid, (*plan.fixed_args, plan.block_r, plan.block_c), runtime.device)
+        step = KernelStep(plan, bound, [slots.get(tv) for tv in plan.inputs], [slots.assign(tv) for tv in plan.outputs],
                           out_metas, bind_scalars, runtime.device, guards, fallback, seg.index, self.resolve_bits)
         return steps + [step]
 

@@ -72,22 +72,39 @@ def compile_binder(template: Any, slot_of: Callable[[Any], Optional[int]], call:
         body = emit(template)
     else:
         fn, node, kwargs = call
+        consts[_CALLEE] = fn
         args = "".join(emit(a) + ", " for a in template)
         kw = "".join(f"{k}={emit(x)}, " for k, x in kwargs.items() if k.isidentifier())
         extra = {k: x for k, x in kwargs.items() if not k.isidentifier()}
-        body = f"{const(fn)}({const(node)}, {args}{kw}" + (f"**{emit(extra)}" if extra else "") + ")"
+        body = f"{_CALLEE}({const(node)}, {args}{kw}" + (f"**{emit(extra)}" if extra else "") + ")"
     return eval(f"lambda v: {body}", consts)  # noqa: S307 (source built above from slots and names)
 
 
-class CallStep:
-    """One op evaluated by a Python callable: ``fn(node, *args, **kwargs)``; outputs stored by slot."""
+_CALLEE = "fn"  # the name of the called function among a call binder's constants (its globals)
 
-    __slots__ = ("node", "call", "out_slots", "element_slots", "kind", "reason", "segment")
+
+def set_callee(binder: Callable[[list], Any], fn: Callable) -> None:
+    """Make a binder compiled with ``call=(fn0, ...)`` call ``fn`` from now on: its constants are its globals, so
+    this costs later calls nothing (a prepared op kernel replaces the first call's preparing function)."""
+    binder.__globals__[_CALLEE] = fn
+
+
+class CallStep:
+    """One op evaluated by a Python callable: ``fn(node, *args, **kwargs)``; outputs stored by slot.
+
+    With ``prepare`` (an op kernel's ``OpDef.prepare``), the first call runs ``prepare(node, *args, **kwargs)``,
+    which checks what depends on the arguments' metadata and returns the kernel's ``run`` for them; every later
+    call calls ``run`` directly. A plan serves one input signature, so that first call is the one that built it:
+    bad metadata still raises on every new signature, and a failed preparation is tried again by the next call."""
+
+    __slots__ = ("node", "call", "out_slots", "element_slots", "kind", "reason", "segment", "prepare")
 
     def __init__(self, node, fn: Callable, slot_of, out_slots: list, element_slots: list, kind: str, reason: str,
-                 segment: int):
+                 segment: int, prepare: Optional[Callable] = None):
         self.node = node
-        self.call = compile_binder(tuple(node.args), slot_of, call=(fn, node, dict(node.kwargs)))
+        self.prepare = prepare
+        first = fn if prepare is None else self._prepare_and_run
+        self.call = compile_binder(tuple(node.args), slot_of, call=(first, node, dict(node.kwargs)))
         self.out_slots = out_slots  # one per output (None: the value is not needed later)
         self.element_slots = element_slots  # per output: slots of a Vector output's elements, or None
         self.kind, self.reason, self.segment = kind, reason, segment
@@ -109,6 +126,11 @@ class CallStep:
             if elems is not None:
                 for s, x in zip(elems, value):
                     v[s] = x
+
+    def _prepare_and_run(self, node, *args, **kwargs):
+        run = self.prepare(node, *args, **kwargs)
+        set_callee(self.call, run)
+        return run(node, *args, **kwargs)
 
     def describe(self) -> StepReport:
         return StepReport(self.kind, self.node.op.name, self.reason)
@@ -145,6 +167,12 @@ def resolving_bits(kernel: Callable) -> Callable:
         return kernel(node, *map(_resolved, args), **{k: _resolved(x) for k, x in kwargs.items()})
 
     return run
+
+
+def resolving_bits_prepare(prepare: Callable) -> Callable:
+    """An op kernel's ``prepare`` that sees, and whose ``run`` takes, resolved arguments (:func:`resolving_bits`)."""
+    resolved_prepare = resolving_bits(prepare)
+    return lambda node, *args, **kwargs: resolving_bits(resolved_prepare(node, *args, **kwargs))
 
 
 def _scalar_arg(x):
@@ -187,12 +215,13 @@ class KernelStep:
     ``guards``: (slot, strides) of inputs whose layout the kernel assumes but the plan could not prove (layout
     inference off); a call that breaks one runs ``fallback`` (the segment's ATen steps) instead."""
 
-    __slots__ = ("plan", "launcher", "in_slots", "out_slots", "out_metas", "bind_scalars", "device", "guards",
-                 "fallback", "segment", "empty", "last_path", "resolve_bits")
+    __slots__ = ("plan", "launch", "launcher", "in_slots", "out_slots", "out_metas", "bind_scalars", "device",
+                 "guards", "fallback", "segment", "empty", "last_path", "resolve_bits")
 
-    def __init__(self, plan, launcher, in_slots, out_slots, out_metas, bind_scalars, device, guards, fallback,
+    def __init__(self, plan, launch, in_slots, out_slots, out_metas, bind_scalars, device, guards, fallback,
                  segment: int, resolve_bits: bool = False):
-        self.plan, self.launcher = plan, launcher  # the launcher is bound to the plan's grid and constexprs
+        self.plan, self.launch = plan, launch  # a BoundLaunch: the plan's grid and constexprs bound
+        self.launcher = launch.launcher
         self.in_slots, self.out_slots, self.out_metas = in_slots, out_slots, out_metas
         self.bind_scalars = bind_scalars
         self.device = device
@@ -220,13 +249,13 @@ class KernelStep:
             if self.plan.checks:
                 self._launch_checked(ins + outs, self.bind_scalars(v))
             else:
-                self.launcher.launch_bound(ins + outs, self.bind_scalars(v))
+                self.launch(ins + outs, self.bind_scalars(v))
         for slot, t in zip(self.out_slots, outs):
             v[slot] = t
 
     def _launch_checked(self, tensors: list, scalars: tuple) -> None:
         err, slots, read_now = error_flags(self.plan.checks, self.device)
-        self.launcher.launch_bound(tensors + [err], tuple(scalars) + slots)
+        self.launch(tensors + [err], tuple(scalars) + slots)
         if read_now is not None:
             raise_flagged(self.plan.checks, read_now)
 
