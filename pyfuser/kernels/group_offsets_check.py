@@ -10,7 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..codegen.launcher import launch, next_pow2
+from ..codegen.launcher import bound_launch, next_pow2, triton_usable
 from ..ops import offset_checks
 
 
@@ -46,18 +46,29 @@ def _group_offsets_check_kernel(starts_ptr, outs_ptr, sizes_ptr, flags_ptr, slot
     tl.store(flags_ptr + slot, tl.load(flags_ptr + slot) | flags)
 
 
-def group_offsets_flags(c, starts, outs, sizes, flags, slot: int) -> None:
-    """ORs the check's bit mask into ``flags[slot]`` (int32), on the device, without a host read."""
-    if starts.device.type != "cuda":  # the interpreter has no use for it: CPU checks read the values directly
-        offset_checks.torch_device_flags(c, starts, outs, sizes, flags, slot)
-        return
+def prepare_group_offsets_flags(c, starts, outs, sizes):
+    """``flags_fn(starts, outs, sizes, flags, slot)`` ORing the check's bit mask into ``flags[slot]`` (int32), on the
+    device, without a host read, for offsets with the metadata of these (offset_checks.PreparedGroupCheck): the
+    launch is bound once, so a call passes four pointers and the slot."""
+    if not triton_usable(starts.device):  # (device flags off CUDA without the interpreter: the torch form)
+        return offset_checks.prepare_torch_device_flags(c, starts, outs, sizes)
     g = starts.numel()
-    sizes_stride = sizes.stride(0) if sizes is not None else 0
-    tensors = (starts, outs if outs is not None else starts, sizes if sizes is not None else starts, flags)
+    has_outs, has_sizes = outs is not None, sizes is not None
+    # The kernel reads the offsets with unit stride (problem_sizes with its row stride).
+    dense = starts.stride(0) == 1 and (not has_outs or outs.stride(0) == 1)
+    sizes_stride = sizes.stride(0) if has_sizes else 0
     capacity = c.capacity if c.capacity is not None else 0
-    launch(_group_offsets_check_kernel, (1,), tensors, (slot, g, c.m, capacity, c.n, c.k, sizes_stride),
-           dict(EVERY_ROW=c.every_row, HAS_OUTS=outs is not None, HAS_SIZES=sizes is not None,
-                BLOCK=max(next_pow2(g), 16)), 1)
+    bound = bound_launch(_group_offsets_check_kernel, (1,), (g, c.m, capacity, c.n, c.k, sizes_stride),
+                         dict(EVERY_ROW=c.every_row, HAS_OUTS=has_outs, HAS_SIZES=has_sizes,
+                              BLOCK=max(next_pow2(g), 16)), 1, device=starts.device)
+
+    def flags_fn(starts, outs, sizes, flags, slot: int) -> None:
+        if not dense:
+            starts, outs = starts.contiguous(), outs.contiguous() if has_outs else None
+        # Absent operands are never read: any pointer stands for them.
+        bound((starts, outs if has_outs else starts, sizes if has_sizes else starts, flags), (slot,))
+
+    return flags_fn
 
 
-offset_checks.attach_device_flags(group_offsets_flags)
+offset_checks.attach_device_flags(prepare_group_offsets_flags)

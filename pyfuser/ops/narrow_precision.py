@@ -126,12 +126,17 @@ def _check_offset_tensors(op: str, input_offsets: torch.Tensor, output_offsets: 
         raise FusionExecutionError(f"fd.ops.{op}: the offsets are empty (at least one group is needed)")
 
 
-def check_offsets(op: str, m: int, input_offsets: torch.Tensor, output_offsets: torch.Tensor) -> None:
-    """The layout op's offsets: shapes at once, values as the call's offset-check mode says (ops/offset_checks.py)."""
+def offsets_check(op: str, m: int, input_offsets: torch.Tensor, output_offsets: torch.Tensor) -> GroupCheck:
+    """The layout op's offsets for an m-row input: their dtypes and lengths checked at once (metadata), and the
+    check of their values (ops/offset_checks.py)."""
     _check_offset_tensors(op, input_offsets, output_offsets)
     g = input_offsets.numel()
-    check = GroupCheck(op, m, capacity=m + 127 * g, capacity_what=f"the buffer's m + 127*g = {m + 127 * g} rows")
-    check_group_offsets(check, input_offsets, output_offsets)
+    return GroupCheck(op, m, capacity=m + 127 * g, capacity_what=f"the buffer's m + 127*g = {m + 127 * g} rows")
+
+
+def check_offsets(op: str, m: int, input_offsets: torch.Tensor, output_offsets: torch.Tensor) -> None:
+    """The layout op's offsets: shapes at once, values as the call's offset-check mode says (ops/offset_checks.py)."""
+    check_group_offsets(offsets_check(op, m, input_offsets, output_offsets), input_offsets, output_offsets)
 
 
 def check_k(op: str, k: int, block_size: int = 16) -> None:
@@ -249,27 +254,25 @@ def nv_grouped_block_quantize(input, input_offsets, output_offsets, global_scale
 
 
 def check_gemm(op, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets) -> tuple:
-    """The grouped GEMM's operand contract (one implementation, shared with its launcher), the op's own N rule,
-    and, with offset_checks, the offsets' and problem sizes' values and scale1's capacity. Returns (M, N, K, G)."""
-    operands = (mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
-    # The contract depends on the operands' metadata only (and scale1's storage size): checked once per layout.
-    key = (op, scale1.untyped_storage().nbytes() - scale1.storage_offset(),
-           *[(t.shape, t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else type(t) for t in operands])
-    checked = _GEMM_CONTRACTS.get(key)
-    if checked is None:
-        checked = _check_gemm_contract(op, *operands)
-        if len(_GEMM_CONTRACTS) > 256:
-            _GEMM_CONTRACTS.clear()
-        _GEMM_CONTRACTS[key] = checked
-    m, n, k, g, check = checked
+    """The grouped GEMM's operand contract (:func:`gemm_contract`) and, with offset_checks, the offsets' and problem
+    sizes' values. Returns (M, N, K, G)."""
+    m, n, k, g, check = gemm_contract(op, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets,
+                                      sf_offsets)
     check_group_offsets(check, expert_offsets, sf_offsets, problem_sizes)
     return m, n, k, g
 
 
-_GEMM_CONTRACTS: dict = {}  # operand metadata -> (M, N, K, G, GroupCheck): a cache of pure checks
+def scale1_capacity(scale1: torch.Tensor) -> int:
+    """The e4m3 elements scale1's storage holds from its start: the padded block-scale rows of every group must fit.
+    Not part of an input signature (a tensor's storage may outlast its view), so a prepared GEMM compares it per
+    call."""
+    return scale1.untyped_storage().nbytes() - scale1.storage_offset()
 
 
-def _check_gemm_contract(op, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets) -> tuple:
+def gemm_contract(op, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets) -> tuple:
+    """What the operands' metadata must satisfy (one implementation, shared with the kernel's launcher) and the
+    op's own N rule, raising FusionExecutionError; returns (M, N, K, G, the GroupCheck of the offsets' values and
+    scale1's capacity)."""
     try:
         m, n, k, g = check_operands(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
     except ValueError as e:
@@ -279,7 +282,7 @@ def _check_gemm_contract(op, mat1, mat2, scale1, scale2, alpha, problem_sizes, e
             f"fd.ops.{op}: N={n} must be a multiple of 128 (scale2 holds each expert's 128x4-swizzled [N, K/16] "
             f"scales without padding)"
         )
-    available = (scale1.untyped_storage().nbytes() - scale1.storage_offset()) // (k // 16)
+    available = scale1_capacity(scale1) // (k // 16)
     check = GroupCheck(op, m, starts_name="expert_offsets", outs_name="sf_offsets", every_row=False,
                        capacity=available, n=n, k=k,  # rows before the first group stay zero
                        capacity_what=f"scale1 holds {available} block-scale rows of K/16={k // 16}")

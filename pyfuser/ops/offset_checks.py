@@ -1,13 +1,14 @@
 """Run-time checks of group offsets: the NVFP4 ops (layout op, grouped quantize, NVFP4 grouped GEMM) and grouped_mm.
 
-Their dtype and length are checked on every call (host metadata: free). Their *values* live on the device, and
-reading them on the host is a synchronization, so the mode of :mod:`run_context` decides:
+Their dtype and length are metadata, checked by the op before its values (a prepared op kernel checks them once
+per input signature). Their *values* live on the device, and reading them on the host is a synchronization, so
+the mode of :mod:`run_context` decides:
 
 - ``device`` (the default): a check computes a bit mask of problems on the device and ORs it into the call's
   error flags in pinned host memory (``RunContext.error_slot``); the runtime reads them without waiting and
-  raises :class:`FusionExecutionError` naming the op and the input from a later call (docs/frontend.md says
-  exactly when). On CPU tensors, and where no runtime collects flags (the reference executor), the check reads
-  the values at once: there it costs no synchronization.
+  raises :class:`FusionExecutionError` naming the op and the input from a later call (docs/runtime.md says
+  exactly when). Where no runtime collects flags (CPU runs, the reference executor) or the offsets are not on the
+  run's device, the check reads the values at once: there it costs no synchronization.
 - ``sync``: the values are read on the host at once (one device-to-host copy per op call) and a problem raises
   immediately, with the offending values in the message.
 - ``off``: trusted, as upstream does.
@@ -25,6 +26,7 @@ torch ops and the Triton kernel attached by pyfuser.kernels, which must agree):
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Optional
 
 import torch
@@ -71,7 +73,10 @@ def _round_up(x: int, m: int) -> int:
 
 
 def host_ints(*tensors: torch.Tensor) -> list[list[int]]:
-    """The tensors' values as Python ints, with ONE device-to-host copy (each copy is a sync)."""
+    """The tensors' values as Python ints, with ONE device-to-host copy (each copy is a sync); CPU tensors are read
+    in place (no copy to save, and the concatenation would cost more than the reads)."""
+    if all(t.device.type == "cpu" for t in tensors):
+        return [t.tolist() if t.dim() == 1 else t.reshape(-1).tolist() for t in tensors]
     flat = torch.cat([t.detach().reshape(-1).to(torch.int64) for t in tensors]).tolist()
     out, i = [], 0
     for t in tensors:
@@ -88,10 +93,10 @@ def _host_check(c: GroupCheck, starts: list[int], outs: Optional[list[int]], siz
             f"fd.ops.{op}: {c.starts_name} must start at 0 (rows before the first group have no place in the "
             f"layout), got {starts}"
         )
-    if starts[0] < 0 or any(b < a for a, b in zip(starts, starts[1:])) or starts[-1] > m:
+    rows = [b - a for a, b in zip(starts, starts[1:] + [m])]
+    if starts[0] < 0 or min(rows) < 0:  # a negative row count: a decrease, or the last start past m
         raise FusionExecutionError(f"fd.ops.{op}: {c.starts_name} must be non-decreasing {c.starts_what} in "
                                    f"[0, {m}], got {starts}")
-    rows = [b - a for a, b in zip(starts, starts[1:] + [m])]
     if outs is not None:
         end = 0
         for i, (o, r) in enumerate(zip(outs, rows)):
@@ -105,12 +110,10 @@ def _host_check(c: GroupCheck, starts: list[int], outs: Optional[list[int]], siz
         if end > c.capacity:
             raise FusionExecutionError(f"fd.ops.{op}: {c.outs_name} {outs} need {end} block-scale rows, but "
                                        f"{c.capacity_what}")
-    if sizes is not None:
-        want = [[r, c.n, c.k] for r in rows]
+    if sizes is not None and sizes != [x for r in rows for x in (r, c.n, c.k)]:
         got = [sizes[3 * i:3 * i + 3] for i in range(g)]
-        if got != want:
-            raise FusionExecutionError(f"fd.ops.{op}: problem_sizes must be (m_i, N, K) per expert = {want}, "
-                                       f"got {got}")
+        raise FusionExecutionError(f"fd.ops.{op}: problem_sizes must be (m_i, N, K) per expert = "
+                                   f"{[[r, c.n, c.k] for r in rows]}, got {got}")
 
 
 def torch_flags(c: GroupCheck, starts: torch.Tensor, outs: Optional[torch.Tensor],
@@ -134,8 +137,9 @@ def torch_flags(c: GroupCheck, starts: torch.Tensor, outs: Optional[torch.Tensor
     return flags
 
 
-# ``device_flags(check, starts, outs, sizes, flags, slot)`` ORs the bit mask into ``flags[slot]`` (pinned host
-# memory the device writes). The torch form by default; pyfuser.kernels attaches a one-launch Triton kernel.
+# ``prepare_device_flags(check, starts, outs, sizes)`` returns ``flags_fn(starts, outs, sizes, flags, slot)``, which
+# ORs the bit mask into ``flags[slot]`` (host memory the device writes) for tensors with the metadata of those it was
+# prepared with. The torch form by default; pyfuser.kernels attaches a one-launch Triton kernel.
 def torch_device_flags(c, starts, outs, sizes, flags: torch.Tensor, slot: int) -> None:
     """Accumulates on the device (a sticky copy of the flags), then copies the slot to the host asynchronously."""
     sticky = run_context.current().errors.device_flags(starts.device)[slot:slot + 1]
@@ -143,29 +147,61 @@ def torch_device_flags(c, starts, outs, sizes, flags: torch.Tensor, slot: int) -
     flags[slot:slot + 1].copy_(sticky, non_blocking=True)
 
 
-_device_flags: Callable = torch_device_flags
+def prepare_torch_device_flags(c, starts, outs, sizes) -> Callable:
+    return functools.partial(torch_device_flags, c)
 
 
-def attach_device_flags(fn: Callable) -> None:
+_prepare_device_flags: Callable = prepare_torch_device_flags
+
+
+def attach_device_flags(prepare: Callable) -> None:
     """Replace the torch form of the device check with a faster implementation of the same conditions."""
-    global _device_flags
-    _device_flags = fn
+    global _prepare_device_flags
+    _prepare_device_flags = prepare
+
+
+class PreparedGroupCheck:
+    """The value check of one check site (:func:`check_group_offsets`) for offsets of fixed metadata, as a prepared
+    op kernel calls it on every call: the device check's launch is prepared at its first use, so a call only reads
+    the mode, takes an error slot and launches (or, in the other modes, reads the values or does nothing)."""
+
+    __slots__ = ("check", "_device_flags")
+
+    def __init__(self, check: GroupCheck):
+        self.check = check
+        self._device_flags = None
+
+    def __call__(self, starts: torch.Tensor, outs: Optional[torch.Tensor] = None,
+                 sizes: Optional[torch.Tensor] = None) -> None:
+        ctx = run_context.current()
+        if ctx is None:
+            mode = run_context.OFFSET_CHECKS_DEVICE
+        else:
+            mode = ctx.offset_checks
+            if mode == run_context.OFFSET_CHECKS_OFF:
+                return
+        c = self.check
+        # On the device where the run collects device flags (the runtime's choice: CUDA runs); else the values are
+        # read now, which off the device (CPU) costs no synchronization. More checks in one call than the sink has
+        # slots: this one reads its values now.
+        where = None
+        if (mode == run_context.OFFSET_CHECKS_DEVICE and ctx is not None and ctx.errors is not None
+                and starts.device == ctx.device):
+            where = ctx.error_slot(c)
+        if where is None:
+            values = iter(host_ints(*[t for t in (starts, outs, sizes) if t is not None]))
+            _host_check(c, next(values), next(values) if outs is not None else None,
+                        next(values) if sizes is not None else None)
+            return
+        flags_fn = self._device_flags
+        if flags_fn is None:
+            flags_fn = self._device_flags = _prepare_device_flags(c, starts, outs, sizes)
+        flags_fn(starts, outs, sizes, *where)
 
 
 def check_group_offsets(c: GroupCheck, starts: torch.Tensor, outs: Optional[torch.Tensor] = None,
                         sizes: Optional[torch.Tensor] = None) -> None:
-    """Check the offsets' values as the call's mode says (module docstring). Shapes and dtypes are the caller's."""
-    mode = run_context.offset_checks()
-    if mode == run_context.OFFSET_CHECKS_OFF or starts.device.type == "meta":
-        return
-    ctx = run_context.current()
-    on_device = mode == run_context.OFFSET_CHECKS_DEVICE and starts.device.type == "cuda" and ctx is not None \
-        and ctx.errors is not None
-    # More checks in one call than the sink has slots: this one reads its values now.
-    where = ctx.error_slot(c) if on_device else None
-    if where is None:
-        values = iter(host_ints(*[t for t in (starts, outs, sizes) if t is not None]))
-        _host_check(c, next(values), next(values) if outs is not None else None,
-                    next(values) if sizes is not None else None)
-        return
-    _device_flags(c, starts, outs, sizes, *where)
+    """Check the offsets' values as the call's mode says (module docstring). Shapes and dtypes are the caller's.
+    (A call site that runs again with offsets of the same metadata keeps a :class:`PreparedGroupCheck` instead.)"""
+    if starts.device.type != "meta":
+        PreparedGroupCheck(c)(starts, outs, sizes)

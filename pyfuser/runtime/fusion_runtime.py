@@ -24,6 +24,12 @@ from .plan import ExecutionPlan
 from .steps import KernelStep
 
 
+# Device types whose runs check group offsets on the device and report from a later call (docs/runtime.md, "No hidden
+# host syncs"). Off CUDA the values are read directly, which costs no synchronization there; tests and
+# benchmarks/bench_op_host.py add "cpu" to run the CUDA path on CPU tensors (under the Triton interpreter).
+DEFERRED_ERROR_DEVICES = frozenset({"cuda"})
+
+
 def run_device(flat_inputs: Sequence[Any], device=None) -> torch.device:
     """The device a call runs on: the explicit one (a bare "cuda" means the current CUDA device, so that streams
     and allocations have an index), else that of the first tensor input that is not a CPU scalar."""
@@ -49,8 +55,10 @@ class FusionRuntime:
         self.layouts: dict[int, TensorLayout] = infer_layouts(segmented, flat_inputs, options, self.device.type)
         self.plan = ExecutionPlan(self, flat_inputs)
         self._offset_mode = offset_check_mode(options)
-        # Device-side check results are collected only on CUDA (elsewhere checks read values directly).
-        self.errors = errors if self.device.type == "cuda" else None
+        # Device-side check results are collected only where reading values would synchronize (elsewhere checks
+        # read them directly).
+        self.errors = errors if self.device.type in DEFERRED_ERROR_DEVICES else None
+        self._cuda = self.device.type == "cuda"
         self.graphed: Optional[GraphedPlan] = None
         if options.cuda_graph:
             self.graphed = GraphedPlan(self.plan, reuse_outputs=options.cuda_graph_reuse_outputs)
@@ -89,7 +97,7 @@ class FusionRuntime:
             return self._run_plan(flat_inputs)
         errors = self.errors
         # Under a caller's own CUDA-graph capture, host-side bookkeeping must not touch the stream.
-        if errors is not None and errors.has_flags() and not torch.cuda.is_current_stream_capturing():
+        if errors is not None and errors.has_flags() and not (self._cuda and torch.cuda.is_current_stream_capturing()):
             errors.poll()
         token = run_context.enter(run_context.RunContext(self.device, self._offset_mode, errors))
         grad = torch.is_grad_enabled()
