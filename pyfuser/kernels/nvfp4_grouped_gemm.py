@@ -61,16 +61,16 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
-from triton.runtime import driver
 from triton.runtime.errors import OutOfResources
 
-from ..codegen.launcher import cdiv, launch, next_pow2, triton_usable
+from ..codegen.launcher import bound_launch, cdiv, next_pow2, triton_usable
 from ..ir.dtypes import to_torch_dtype
 from ..ops import narrow_precision as ops
+from ..ops.offset_checks import PreparedGroupCheck
 from ..ops.registry import attach
 from ..nvfp4.gemm_contract import check_operands, contract_error, out_torch_dtype
 
-__all__ = ["GemmConfig", "default_config", "nvfp4_grouped_mm"]
+__all__ = ["GemmConfig", "GroupedGemm", "default_config", "nvfp4_grouped_mm"]
 
 _NUM_SMS = 132  # H200; only shapes the heuristic's split-K choice
 # Bytes of dequantized fp16 weights one predequant GEMM launch covers: experts are dequantized and multiplied a
@@ -157,17 +157,19 @@ def nvfp4_grouped_mm(
     zeros). ``shapes``: (M, N, K, G) from ``check_operands`` when the caller already checked the operands (the
     op layer does, on every path), to skip checking them twice. Temporaries: with predequant the fp16 tokens (2*M*K
     bytes) and fp16 weights of a chunk of experts (at most F16_WEIGHT_BUDGET bytes, or one expert's); with split-K
-    an fp32 workspace and
-    a counter per output tile, kept per device and stream between calls (the kernel leaves the counters zero)."""
-    out_dtype = out_torch_dtype(out_dtype)
-    if shapes is None:
-        shapes = check_operands(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
-    m, n, k, g = shapes
-    _check_device(mat1.device)
-    cfg = default_config(m, n, k, g)
+    an fp32 workspace and a counter per output tile, kept per device and stream between calls (the kernel leaves
+    the counters zero). The same as preparing a :class:`GroupedGemm` and calling it once."""
     overrides = {key: v for key, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k),
                                         ("split_k", split_k), ("group_m", group_m), ("predequant", predequant),
                                         ("num_warps", num_warps), ("num_stages", num_stages)) if v is not None}
+    operands = (mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
+    out_stride = out.stride(0) if isinstance(out, torch.Tensor) and out.dim() == 2 else None  # (else refused)
+    gemm = GroupedGemm(*operands, out_dtype, shapes=shapes, out_stride=out_stride, **overrides)
+    return gemm(*operands, out=out)
+
+
+def _config(m: int, n: int, k: int, g: int, overrides: dict) -> GemmConfig:
+    cfg = default_config(m, n, k, g)
     if overrides:
         cfg = replace(cfg, **overrides)
         min_k = 16 if cfg.predequant else 128  # an fp16 dot's K, or 8 of them (one per fp4 nibble plane)
@@ -178,81 +180,113 @@ def nvfp4_grouped_mm(
             v = getattr(cfg, name)
             if v & (v - 1):
                 contract_error(f"{name} must be a power of two, got {v}")
+    return cfg
 
-    dev = mat1.device
-    if out is None:
-        out = torch.empty((m, n), dtype=out_dtype, device=dev)
-    elif (not isinstance(out, torch.Tensor) or tuple(out.shape) != (m, n) or out.dtype != out_dtype
-          or out.device != dev or (n > 1 and out.stride(1) != 1)):
-        contract_error(f"out must be a [{m}, {n}] {out_dtype} tensor on {dev} with unit column stride")
-    if m == 0 or n == 0:
-        return out
-    if g == 0:
-        return out.zero_()
-    # The kernels index these [G] vectors with unit stride.
-    if alpha.stride(0) != 1 or expert_offsets.stride(0) != 1 or sf_offsets.stride(0) != 1:
-        alpha, expert_offsets, sf_offsets = alpha.contiguous(), expert_offsets.contiguous(), sf_offsets.contiguous()
-    if mat1.data_ptr() % 4 or mat2.data_ptr() % 4:
-        contract_error("mat1 and mat2 must start on a 4-byte boundary (they are read as int32 words of 8 fp4 codes)")
-    kw = k // 8
-    g_block = next_pow2(g)
-    s1_capacity = scale1.untyped_storage().nbytes() - scale1.storage_offset()  # e4m3: one byte per element
-    # Both fp4 operands are contiguous (validated): as int32 words, mat1 is [M, K/8] and mat2 (a [G, N, K/2]
-    # weight passed transposed) is [G, N, K/8], with these word strides.
-    stride_am, stride_bg, stride_bn = kw, n * kw, kw
 
-    bkw = max(cfg.block_k // 8, 1)  # words per k-tile
-    split = min(cfg.split_k, cdiv(kw, bkw))  # every split gets at least one k-tile
-    meta = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split, GROUP_M=cfg.group_m,
-                F16=cfg.predequant, EVEN_K=(kw % bkw == 0), G_BLOCK=g_block)
-    common = (alpha, problem_sizes, expert_offsets, sf_offsets, out)
-    ints = (m, n, kw, g, s1_capacity, stride_am, stride_bg, stride_bn, scale2.stride(0), problem_sizes.stride(0),
-            out.stride(0))
+class GroupedGemm:
+    """:func:`nvfp4_grouped_mm` for operands of fixed metadata (sizes, strides, dtypes, device, 4-byte alignment of
+    the fp4 operands) and a fixed size of scale1's storage: checked, configured and bound once (tile config, grids,
+    integer arguments, one :class:`BoundLaunch` per launch), so that a call only allocates the output and
+    temporaries, binds the pointers and launches. ``out_stride``: the row stride of the ``out`` tensors calls pass
+    (None: they pass none and get a fresh contiguous result)."""
 
-    def gemm(a_op, b_op, g_lo, g_hi, jit_operands):
-        # Groups [g_lo, g_hi): their tiles fit in cdiv(M, BLOCK_M) + (g_hi - g_lo) m-slots (docstring).
-        grid_m, grid_n = cdiv(m, cfg.block_m) + g_hi - g_lo, cdiv(n, cfg.block_n)
-        if split > 1:
-            counters, workspace = _split_scratch(dev, grid_m * grid_n,
-                                                 grid_m * grid_n * split * cfg.block_n * cfg.block_m)
-        else:
-            counters = workspace = alpha  # never touched (SPLIT_K == 1 compiles the split-K epilogue away)
-        launch(_nvfp4_gemm_kernel, (grid_m * grid_n, split, 1),
-               (a_op, scale1, b_op, scale2, *common, workspace, counters), (*ints, g_lo, g_hi), meta,
-               cfg.num_warps, cfg.num_stages,
-               jit_tensors=lambda: (jit_operands()[0], scale1, jit_operands()[1], scale2, *common, workspace,
-                                    counters))
+    def __init__(self, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, out_dtype, *,
+                 shapes: Optional[tuple] = None, out_stride: Optional[int] = None, **overrides):
+        self.out_dtype = out_torch_dtype(out_dtype)
+        if shapes is None:
+            shapes = check_operands(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
+        m, n, k, g = self.shapes = shapes
+        self.device = dev = mat1.device
+        _check_device(dev)
+        self.cfg = cfg = _config(m, n, k, g, overrides)
+        self.out_stride = n if out_stride is None else out_stride
+        self.launches = None  # nothing to launch: an empty result, or zeros (no groups)
+        if m == 0 or n == 0 or g == 0:
+            return
+        # The kernels index these [G] vectors with unit stride.
+        self.dense_vectors = alpha.stride(0) == 1 and expert_offsets.stride(0) == 1 and sf_offsets.stride(0) == 1
+        if mat1.data_ptr() % 4 or mat2.data_ptr() % 4:
+            contract_error("mat1 and mat2 must start on a 4-byte boundary (they are read as int32 words of 8 fp4 "
+                           "codes)")
+        kw = k // 8
+        g_block = next_pow2(g)
+        s1_capacity = scale1.untyped_storage().nbytes() - scale1.storage_offset()  # e4m3: one byte per element
+        # Both fp4 operands are contiguous (validated): as int32 words, mat1 is [M, K/8] and mat2 (a [G, N, K/2]
+        # weight passed transposed) is [G, N, K/8], with these word strides.
+        stride_am, stride_bg, stride_bn = kw, n * kw, kw
+        bkw = max(cfg.block_k // 8, 1)  # words per k-tile
+        self.split = split = min(cfg.split_k, cdiv(kw, bkw))  # every split gets at least one k-tile
+        meta = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split,
+                    GROUP_M=cfg.group_m, F16=cfg.predequant, EVEN_K=(kw % bkw == 0), G_BLOCK=g_block)
+        ints = (m, n, kw, g, s1_capacity, stride_am, stride_bg, stride_bn, scale2.stride(0), problem_sizes.stride(0),
+                self.out_stride)
 
-    def launches():
-        """The launches of one call: the GEMM alone, or (predequant) the two dequantizations and a GEMM per chunk."""
+        def gemm(g_lo, g_hi):
+            # Groups [g_lo, g_hi): their tiles fit in cdiv(M, BLOCK_M) + (g_hi - g_lo) m-slots (docstring). Returns
+            # (the bound launch, its split-K tile counters and partials).
+            grid_m, grid_n = cdiv(m, cfg.block_m) + g_hi - g_lo, cdiv(n, cfg.block_n)
+            scratch = (grid_m * grid_n, grid_m * grid_n * split * cfg.block_n * cfg.block_m)
+            return (bound_launch(_nvfp4_gemm_kernel, (grid_m * grid_n, split, 1), (*ints, g_lo, g_hi), meta,
+                                 cfg.num_warps, cfg.num_stages, device=dev), scratch)
+
         if not cfg.predequant:
-            # The JIT path (first launch of a specialization) takes the packed operands as int32 word views.
-            gemm(mat1, mat2, 0, g, lambda: (_words(mat1), _words(mat2.transpose(-1, -2))))
+            self.launches = [gemm(0, g)]
             return
         # Prefill: both operands dequantized to fp16 (exact) by first launches, then a plain fp16 grouped GEMM. The
         # weights go through a bounded buffer, a chunk of experts at a time.
-        a16 = torch.empty((m, k), dtype=torch.float16, device=dev)
         block_r, block_w = 16, 64
-        launch(_dequant_a_kernel, (cdiv(m, block_r), cdiv(kw, block_w), 1),
-               (mat1, scale1, problem_sizes, expert_offsets, sf_offsets, a16),
-               (m, kw, g, s1_capacity, stride_am, problem_sizes.stride(0)),
-               dict(BLOCK_R=block_r, BLOCK_W=block_w, G_BLOCK=g_block), 4, 3,
-               jit_tensors=lambda: (_words(mat1), scale1, problem_sizes, expert_offsets, sf_offsets, a16))
-        chunk = max(1, min(g, F16_WEIGHT_BUDGET // (2 * n * k)))
-        b16 = torch.empty((chunk, n, k), dtype=torch.float16, device=dev)
+        self.dequant_a = bound_launch(_dequant_a_kernel, (cdiv(m, block_r), cdiv(kw, block_w), 1),
+                                      (m, kw, g, s1_capacity, stride_am, problem_sizes.stride(0)),
+                                      dict(BLOCK_R=block_r, BLOCK_W=block_w, G_BLOCK=g_block), 4, 3, device=dev)
+        self.chunk = chunk = max(1, min(g, F16_WEIGHT_BUDGET // (2 * n * k)))
+        self.launches = []
         for g_lo in range(0, g, chunk):
             g_hi = min(g, g_lo + chunk)
-            launch(_dequant_b_kernel, ((g_hi - g_lo) * cdiv(n, block_r), cdiv(kw, block_w), 1),
-                   (mat2, scale2, b16), (n, kw, g_lo, stride_bg, stride_bn, scale2.stride(0)),
-                   dict(BLOCK_R=block_r, BLOCK_W=block_w), 4, 3,
-                   jit_tensors=lambda: (_words(mat2.transpose(-1, -2)), scale2, b16))
-            gemm(a16, b16, g_lo, g_hi, lambda: (a16, b16))
+            dequant_b = bound_launch(_dequant_b_kernel, ((g_hi - g_lo) * cdiv(n, block_r), cdiv(kw, block_w), 1),
+                                     (n, kw, g_lo, stride_bg, stride_bn, scale2.stride(0)),
+                                     dict(BLOCK_R=block_r, BLOCK_W=block_w), 4, 3, device=dev)
+            self.launches.append((dequant_b, *gemm(g_lo, g_hi)))
 
-    try:
-        launches()
-    except OutOfResources as e:  # a tile config (given, or the default on a smaller GPU) the device cannot hold
-        contract_error(f"the tile config {cfg} does not fit this GPU ({e}); choose smaller blocks or fewer stages")
-    return out
+    def __call__(self, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets,
+                 out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The GEMM of these operands, which must have the metadata the launches were prepared for."""
+        m, n, k, g = self.shapes
+        dev = self.device
+        if out is None:
+            out = torch.empty((m, n), dtype=self.out_dtype, device=dev)
+        elif (not isinstance(out, torch.Tensor) or tuple(out.shape) != (m, n) or out.dtype != self.out_dtype
+              or out.device != dev or (n > 1 and out.stride(1) != 1) or out.stride(0) != self.out_stride):
+            contract_error(f"out must be a [{m}, {n}] {self.out_dtype} tensor on {dev} with unit column stride")
+        if self.launches is None:
+            return out.zero_() if m and n else out
+        if not self.dense_vectors:
+            alpha, expert_offsets, sf_offsets = alpha.contiguous(), expert_offsets.contiguous(), sf_offsets.contiguous()
+        common = (alpha, problem_sizes, expert_offsets, sf_offsets, out)
+        try:
+            if not self.cfg.predequant:
+                ((launch, scratch),) = self.launches
+                # The JIT path (first launch of a specialization) takes the packed operands as int32 word views.
+                tensors = (mat1, scale1, mat2, scale2, *common, *self._scratch(scratch, alpha))
+                launch(tensors, (), lambda: (_words(mat1), scale1, _words(mat2.transpose(-1, -2)), *tensors[3:]))
+                return out
+            a16 = torch.empty((m, k), dtype=torch.float16, device=dev)
+            self.dequant_a((mat1, scale1, problem_sizes, expert_offsets, sf_offsets, a16), (),
+                           lambda: (_words(mat1), scale1, problem_sizes, expert_offsets, sf_offsets, a16))
+            b16 = torch.empty((self.chunk, n, k), dtype=torch.float16, device=dev)
+            for dequant_b, launch, scratch in self.launches:
+                dequant_b((mat2, scale2, b16), (), lambda: (_words(mat2.transpose(-1, -2)), scale2, b16))
+                launch((a16, scale1, b16, scale2, *common, *self._scratch(scratch, alpha)))
+        except OutOfResources as e:  # a tile config (given, or the default on a smaller GPU) the device cannot hold
+            contract_error(f"the tile config {self.cfg} does not fit this GPU ({e}); choose smaller blocks or fewer "
+                           f"stages")
+        return out
+
+    def _scratch(self, sizes: tuple, alpha: torch.Tensor) -> tuple:
+        """(workspace, counters) of a split-K launch, found per call: they are kept per stream, which may change."""
+        if self.split == 1:
+            return alpha, alpha  # never touched (SPLIT_K == 1 compiles the split-K epilogue away)
+        counters, workspace = _split_scratch(self.device, *sizes)
+        return workspace, counters
 
 
 def _words(t: torch.Tensor) -> torch.Tensor:
@@ -266,7 +300,7 @@ _SCRATCH: dict = {}
 def _split_scratch(dev, n_counters: int, n_partials: int):
     """Zeroed tile counters and an fp32 partial workspace, kept per (device, stream): launches on one stream run
     one after the other, and each leaves the counters zero."""
-    stream = driver.active.get_current_stream(dev.index) if dev.type == "cuda" else 0
+    stream = torch._C._cuda_getCurrentRawStream(dev.index) if dev.type == "cuda" else 0
     counters, workspace = _SCRATCH.get((dev, stream), (None, None))
     if counters is None or counters.numel() < n_counters:
         counters = torch.zeros((max(n_counters, 1024),), dtype=torch.int32, device=dev)
@@ -563,4 +597,25 @@ def _cutlass_nvfp4_grouped_mm_for(node, mat1, mat2, scale1, scale2, alpha, probl
                             to_torch_dtype(dtype), shapes=shapes)
 
 
-attach("cutlass_nvfp4_grouped_mm", kernel=_cutlass_nvfp4_grouped_mm_for)
+def _prepare_cutlass_nvfp4_grouped_mm(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets,
+                                      sf_offsets, dtype):
+    """The kernel above for one input signature (OpDef.prepare): the operand contract and the launches once; a call
+    checks the offsets' values (on the device by default) and launches."""
+    m, n, k, g, check = ops.gemm_contract(node.op.name, mat1, mat2, scale1, scale2, alpha, problem_sizes,
+                                          expert_offsets, sf_offsets)
+    gemm = GroupedGemm(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets,
+                       to_torch_dtype(dtype), shapes=(m, n, k, g))
+    offsets = PreparedGroupCheck(check)
+    capacity = ops.scale1_capacity(scale1)
+
+    def run(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, dtype):
+        if ops.scale1_capacity(scale1) != capacity:  # another storage behind the same view: checked anew
+            return _cutlass_nvfp4_grouped_mm_for(node, mat1, mat2, scale1, scale2, alpha, problem_sizes,
+                                                 expert_offsets, sf_offsets, dtype)
+        offsets(expert_offsets, sf_offsets, problem_sizes)
+        return gemm(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
+
+    return run
+
+
+attach("cutlass_nvfp4_grouped_mm", kernel=_cutlass_nvfp4_grouped_mm_for, prepare=_prepare_cutlass_nvfp4_grouped_mm)

@@ -9,7 +9,9 @@ Three launchers, each with the same contract as its pure-torch counterpart in ``
   quantization and the grouped scale layout in ONE kernel.
 
 No launcher synchronizes with the device: launch shapes depend only on m, k and g (the number of groups), never on
-the offsets' values, and ``global_scale`` is read by the kernel.
+the offsets' values, and ``global_scale`` is read by the kernel. So everything but the pointers depends only on the
+arguments' metadata: :class:`LayoutOp` and :class:`BlockQuantize` hold one launch prepared for it (the ops'
+kernels keep one per input signature, OpDef.prepare); the functions above prepare and call one.
 
 Layout op: OUTPUT-driven. Each program owns a [rows x columns] tile of the padded, swizzled buffer (a contiguous
 range of it when the tile spans whole buffer rows), finds for every position the input element it holds (or that it
@@ -55,9 +57,10 @@ import triton
 import triton.language as tl
 
 from ..codegen.kernel_builder import COMPILE_OPTIONS
-from ..codegen.launcher import Launcher, cdiv, launch, next_pow2, triton_usable
+from ..codegen.launcher import bound_launch, cdiv, next_pow2, triton_usable
 from ..codegen.prologue import LoadPrologue
 from ..ops import narrow_precision as ops
+from ..ops.offset_checks import PreparedGroupCheck
 from ..ops.registry import attach
 
 # constexpr: jitted code may only read globals that are constexpr (the interpreter does not enforce it).
@@ -191,36 +194,64 @@ def layout_op(input: torch.Tensor, input_offsets: torch.Tensor, output_offsets: 
 
     Returns the buffer viewed as logical ``[m, k]`` with strides ``[k, 1]`` (which do not describe the data;
     consumers read the storage). ``block_rows`` x ``block_cols`` (powers of two) is the buffer tile of one program,
-    in rows and in units (up to 4 elements, 8 bytes, moved as one integer); None picks the default."""
-    _check_device(input, "layout_op")
-    if input.dim() != 2:
-        raise ValueError(f"layout_op: input must be 2-D [m, k], got shape {tuple(input.shape)}")
-    if input.element_size() not in _INT_OF_SIZE:
-        raise TypeError(f"layout_op: unsupported input dtype {input.dtype}")
-    g = _check_offsets("layout_op", input, input_offsets, output_offsets)
-    _check_block("layout_op", block_rows=block_rows, block_cols=block_cols)
-    m, k = input.shape
-    pk = _round_up(k, 4)
-    n_rows = m + 127 * g
-    bits = _INT_OF_SIZE[input.element_size()]
-    storage = torch.empty(n_rows * pk, dtype=bits, device=input.device)
-    if storage.numel() > 0:
+    in rows and in units (up to 4 elements, 8 bytes, moved as one integer); None picks the default. The same as
+    preparing a :class:`LayoutOp` and calling it once."""
+    layout = LayoutOp(input, input_offsets, output_offsets, block_rows=block_rows, block_cols=block_cols,
+                      num_warps=num_warps)
+    return layout(input, input_offsets, output_offsets)
+
+
+class LayoutOp:
+    """:func:`layout_op` for arguments of fixed metadata (sizes, strides, dtypes, device, alignment): checked, tiled
+    and bound once; a call allocates the buffer and launches. The kernel moves raw integer units, so its pointers
+    are the tensors' own addresses: the integer views it takes are built only where Triton's JIT sees them."""
+
+    def __init__(self, input, input_offsets, output_offsets, *, block_rows=None, block_cols=None, num_warps=4):
+        _check_device(input, "layout_op")
+        if input.dim() != 2:
+            raise ValueError(f"layout_op: input must be 2-D [m, k], got shape {tuple(input.shape)}")
+        if input.element_size() not in _INT_OF_SIZE:
+            raise TypeError(f"layout_op: unsupported input dtype {input.dtype}")
+        g = _check_offsets("layout_op", input, input_offsets, output_offsets)
+        _check_block("layout_op", block_rows=block_rows, block_cols=block_cols)
+        m, k = input.shape
+        pk = _round_up(k, 4)
+        n_rows = m + 127 * g
+        self.shape, self.dtype, self.device, self.numel = (m, k), input.dtype, input.device, n_rows * pk
+        self.dense_offsets = input_offsets.stride(0) == 1 and output_offsets.stride(0) == 1
+        self.launch = None
+        if self.numel == 0:
+            return
         unit_log2 = _unit_log2(input)
         unit = 1 << unit_log2
-        src = input.view(bits)
-        if unit > 1:
-            src = src.view(_INT_OF_SIZE[input.element_size() * unit])
-        dst = storage.view(_INT_OF_SIZE[input.element_size() * unit])
+        self.bits = _INT_OF_SIZE[input.element_size()]
+        self.unit_bits = _INT_OF_SIZE[input.element_size() * unit]
+        src = self._src(input)
         pk_units = pk // unit
         bc, br = _layout_tile(pk_units, block_rows, block_cols)
-        wide = max(dst.numel(), m * abs(src.stride(0)) + k * abs(src.stride(1))) >= _INT32_LIMIT
-        grid = (cdiv(n_rows, br), cdiv(pk_units, bc))
-        launch(
-            _layout_op_kernel, grid, (src, input_offsets.contiguous(), output_offsets.contiguous(), dst),
+        wide = max(self.numel // unit, m * abs(src.stride(0)) + k * abs(src.stride(1))) >= _INT32_LIMIT
+        self.launch = bound_launch(
+            _layout_op_kernel, (cdiv(n_rows, br), cdiv(pk_units, bc)),
             (m, k // unit, g, src.stride(0), src.stride(1), pk_units, n_rows),
             dict(LOG2_G=_log2_ceil(g), UNIT_LOG2=unit_log2, BLOCK_R=br, BLOCK_C=bc, WIDE=wide), num_warps,
-        )
-    return torch.as_strided(storage.view(input.dtype), (m, k), (k, 1))
+            device=input.device)
+
+    def _src(self, input: torch.Tensor) -> torch.Tensor:
+        """The input as the kernel reads it: units of up to 4 elements as integers."""
+        src = input.view(self.bits)
+        return src if self.unit_bits is self.bits else src.view(self.unit_bits)
+
+    def __call__(self, input, input_offsets, output_offsets) -> torch.Tensor:
+        """The laid-out buffer of these arguments, which must have the metadata it was prepared for."""
+        storage = torch.empty(self.numel, dtype=self.dtype, device=self.device)
+        if self.launch is not None:
+            if not self.dense_offsets:
+                input_offsets, output_offsets = input_offsets.contiguous(), output_offsets.contiguous()
+            self.launch((input, input_offsets, output_offsets, storage), (),
+                        lambda: (self._src(input), input_offsets, output_offsets,
+                                 storage.view(self.bits).view(self.unit_bits)))
+        m, k = self.shape
+        return torch.as_strided(storage, (m, k), (k, 1))
 
 
 def _unit_log2(t: torch.Tensor) -> int:
@@ -532,16 +563,9 @@ def block_quantize(x: torch.Tensor, global_scale: torch.Tensor | None = None, sw
     Returns (packed float4_e2m1fn_x2 ``[M, K/2]``, float8_e4m3fn scales): ``[M, K/block_size]`` row-major, or with
     ``swizzle`` the zero-padded single-group 128x4 swizzle ``[roundup(M,128), roundup(K/block_size,4)]``.
     ``block_m``/``block_k``/``tiles``/``num_warps`` are tuning knobs (None: ``quantize_config``)."""
-    M, K = _check_quant_input("block_quantize", x, global_scale, block_size)
-    _check_tuning("block_quantize", block_m, block_k, tiles)
-    nb = K // block_size
-    layout, n_rows, pk = (_SWIZZLED, _round_up(M, 128), _round_up(nb, 4)) if swizzle else (_PLAIN, M, nb)
-    scales = torch.empty(n_rows * pk, dtype=torch.uint8, device=x.device)
-    packed = torch.empty((M, K // 2), dtype=torch.uint8, device=x.device)
-    dummy = _dummy_offsets(x.device)  # offsets are unused outside the grouped layout
-    _launch_quantize(x, global_scale, packed, scales, dummy, dummy, 1, pk, n_rows, layout, block_size,
-                     block_m, block_k, tiles, num_warps)
-    return packed.view(torch.float4_e2m1fn_x2), scales.view(n_rows, pk).view(torch.float8_e4m3fn)
+    quantize = BlockQuantize(x, global_scale, swizzle=swizzle, block_size=block_size, block_m=block_m,
+                             block_k=block_k, tiles=tiles, num_warps=num_warps)
+    return quantize(x, global_scale)
 
 
 def grouped_block_quantize(x: torch.Tensor, input_offsets: torch.Tensor, output_offsets: torch.Tensor,
@@ -552,17 +576,51 @@ def grouped_block_quantize(x: torch.Tensor, input_offsets: torch.Tensor, output_
     (== reference.grouped_quantize_nvfp4(fused=True), bit-exact): returns (packed ``[M, K/2]``, scales as the
     layout op returns them: logical ``[M, K/block_size]`` over a zero-padded ``(M + 127*g) * pk`` storage).
     ``x`` may be a LoadPrologue (codegen/prologue.py): x's elements are then computed by its function."""
-    M, K = _check_quant_input("grouped_block_quantize", x, global_scale, block_size)
-    g = _check_offsets("grouped_block_quantize", x, input_offsets, output_offsets)
-    _check_tuning("grouped_block_quantize", block_m, block_k, tiles)
-    nb = K // block_size
-    pk = _round_up(nb, 4)
-    storage = torch.empty((M + 127 * g) * pk, dtype=torch.uint8, device=x.device)
-    packed = torch.empty((M, K // 2), dtype=torch.uint8, device=x.device)
-    _launch_quantize(x, global_scale, packed, storage, input_offsets.contiguous(), output_offsets.contiguous(), g,
-                     pk, M + 127 * g, _GROUPED, block_size, block_m, block_k, tiles, num_warps)
-    scales = torch.as_strided(storage.view(torch.float8_e4m3fn), (M, nb), (nb, 1))
-    return packed.view(torch.float4_e2m1fn_x2), scales
+    quantize = BlockQuantize(x, global_scale, input_offsets, output_offsets, block_size=block_size,
+                             block_m=block_m, block_k=block_k, tiles=tiles, num_warps=num_warps)
+    return quantize(x, global_scale, input_offsets, output_offsets)
+
+
+class BlockQuantize:
+    """:func:`block_quantize` (no offsets) or :func:`grouped_block_quantize` for arguments of fixed metadata (x's
+    sizes, strides, dtype and alignment, or the function of a load prologue standing for x; the offsets' and
+    global scale's): checked and configured once; a call allocates the outputs and launches."""
+
+    def __init__(self, x, global_scale=None, input_offsets=None, output_offsets=None, *, swizzle=False,
+                 block_size=16, block_m=None, block_k=None, tiles=None, num_warps=None):
+        self.grouped = grouped = input_offsets is not None
+        who = "grouped_block_quantize" if grouped else "block_quantize"
+        M, K = _check_quant_input(who, x, global_scale, block_size)
+        g = _check_offsets(who, x, input_offsets, output_offsets) if grouped else 1
+        _check_tuning(who, block_m, block_k, tiles)
+        self.nb = nb = K // block_size
+        if grouped:
+            layout, n_rows, pk = _GROUPED, M + 127 * g, _round_up(nb, 4)
+        else:
+            layout, n_rows, pk = (_SWIZZLED, _round_up(M, 128), _round_up(nb, 4)) if swizzle else (_PLAIN, M, nb)
+        self.shape, self.device, self.n_rows, self.pk = (M, K), x.device, n_rows, pk
+        self.dense_offsets = not grouped or (input_offsets.stride(0) == 1 and output_offsets.stride(0) == 1)
+        self.prologue = x.fn if isinstance(x, LoadPrologue) else None
+        self.launch = _QuantizeLaunch(x, global_scale is not None, g, pk, n_rows, layout, block_size, block_m,
+                                      block_k, tiles, num_warps)
+
+    def accepts(self, x) -> bool:
+        """Whether x is what the launch was prepared for: a tensor, or a load prologue of the same function."""
+        return (x.fn if type(x) is LoadPrologue else None) is self.prologue
+
+    def __call__(self, x, global_scale=None, input_offsets=None, output_offsets=None):
+        """(packed data, scales) of these arguments, which must have the metadata they were prepared for."""
+        M, K = self.shape
+        packed = torch.empty((M, K // 2), dtype=torch.float4_e2m1fn_x2, device=self.device)
+        scales = torch.empty(self.n_rows * self.pk, dtype=torch.float8_e4m3fn, device=self.device)
+        if not self.grouped:
+            input_offsets = output_offsets = _dummy_offsets(self.device)  # unused outside the grouped layout
+        elif not self.dense_offsets:
+            input_offsets, output_offsets = input_offsets.contiguous(), output_offsets.contiguous()
+        self.launch(x, global_scale, packed, scales, input_offsets, output_offsets)
+        if self.grouped:
+            return packed, torch.as_strided(scales, (M, self.nb), (self.nb, 1))
+        return packed, scales.view(self.n_rows, self.pk)
 
 
 def quantize_config(M: int, K: int, block_size: int = 16) -> tuple[int, int, int, int]:
@@ -577,67 +635,85 @@ def quantize_config(M: int, K: int, block_size: int = 16) -> tuple[int, int, int
     return block_m, block_k, tiles, 2
 
 
-def _launch_quantize(x, global_scale, packed, scales, in_offsets, out_offsets, g, pk, n_rows, layout, block_size,
-                     block_m, block_k, tiles, num_warps):
-    """One launch: the quantize programs, then (padded layouts) the programs that zero the scale buffer's
-    padding. ``scales`` is the flat uint8 scale storage ([M, nb] row-major, or the [n_rows, pk] swizzled buffer).
-    Host work is kept small: at decode sizes it, not the GPU, sets the time of a call."""
-    M, K = x.shape
-    dm, dk, dt, dw = quantize_config(M, K, block_size)
-    bm, tiles, num_warps = block_m or dm, tiles or dt, num_warps or dw
-    bk = max(block_size, min(block_k or dk, next_pow2(K)))
-    k_tiles = max(cdiv(K, bk), 1)
-    quant_programs = cdiv(cdiv(M, bm) * k_tiles, tiles) if K > 0 else 0
-    zero_programs = z_cols = 0
-    unit_log2, zr, zc, units = 0, 1, 1, scales
-    if layout != _PLAIN and pk > 0:
-        # Padding zeros in 4-byte units when whole (K/block_size a multiple of 4: a unit must not cover scales).
-        if (K // block_size) % 4 == 0:
-            unit_log2, units = 2, scales.view(torch.int32)
-        pk_units = pk >> unit_log2
-        zc = min(next_pow2(pk_units), 64)
-        zr = max(2048 // zc, 1)
-        z_cols = cdiv(pk_units, zc)
-        zero_programs = cdiv(n_rows, zr) * z_cols
-    if quant_programs + zero_programs == 0:
-        return
-    gs = global_scale if global_scale is not None else packed  # any pointer; unread when HAS_GS is False
-    if isinstance(x, LoadPrologue):
-        # x is computed by a generated function (its own index arithmetic: int64 where it needs it), compiled as
-        # generated kernels are (no multiply-add contraction, no flushed subnormals: the producer's ops round as
-        # op by op; the quantize math is exact either way). Its arguments travel as one tuple (tensors by address).
-        wide = M * K >= _INT32_LIMIT or packed.numel() >= _INT32_LIMIT or scales.numel() >= _INT32_LIMIT
-        launcher = _PROLOGUE_LAUNCHERS.get(num_warps)
-        if launcher is None:
-            launcher = _PROLOGUE_LAUNCHERS.setdefault(
-                num_warps, Launcher(_block_quantize_prologue_kernel, num_warps, compile_options=COMPILE_OPTIONS))
-        launcher.launch(
-            (quant_programs + zero_programs,), (gs, packed, scales, units, in_offsets, out_offsets),
-            (x.args, M, K, g, pk, scales.numel(), n_rows, quant_programs, k_tiles, max(z_cols, 1)),
-            (global_scale is not None, layout, _log2_ceil(g), block_size, bm, bk, tiles, wide, unit_log2, zr, zc,
-             x.fn),
-        )
-        return
-    # The pair formats read x as integers of twice its element size: unit-stride rows and aligned pairs.
-    x_format, xs = _X_ELEMENTS, x
-    if (x.stride(1) == 1 and x.stride(0) % 2 == 0 and x.storage_offset() % 2 == 0
-            and x.data_ptr() % (2 * x.element_size()) == 0):
-        x_format, xs = _PAIR_FORMAT[x.dtype], x.view(_INT_OF_SIZE[2 * x.element_size()])
-    wide = (M * abs(xs.stride(0)) + K * abs(xs.stride(1)) >= _INT32_LIMIT or packed.numel() >= _INT32_LIMIT
-            or scales.numel() >= _INT32_LIMIT)
-    launch(
-        _block_quantize_kernel, (quant_programs + zero_programs,),
-        (xs, gs, packed, scales, units, in_offsets, out_offsets),
-        (M, K, g, xs.stride(0), xs.stride(1), pk, scales.numel(), n_rows, quant_programs, k_tiles, max(z_cols, 1)),
-        dict(HAS_GS=global_scale is not None, SCALE_LAYOUT=layout, X_FORMAT=x_format, LOG2_G=_log2_ceil(g),
-             BLOCK_SIZE=block_size, BLOCK_M=bm, BLOCK_K=bk, TILES=tiles, WIDE=wide, UNIT_LOG2=unit_log2, ZERO_R=zr,
-             ZERO_C=zc),
-        num_warps,
-    )
+class _QuantizeLaunch:
+    """The one launch of a quantization: the quantize programs, then (padded layouts) the programs that zero the
+    scale buffer's padding, for x of fixed metadata (a tensor's sizes, strides, dtype and pair alignment, or a load
+    prologue's function). Host work is kept small: at decode sizes it, not the GPU, sets the time of a call. A call
+    takes ``scales``, the flat e4m3 scale storage ([M, nb] row-major, or the [n_rows, pk] swizzled buffer), and
+    ``packed`` ([M, K/2] fp4x2); the kernel sees both as uint8 (the padding zeros as int32 units where whole)."""
+
+    def __init__(self, x, has_gs, g, pk, n_rows, layout, block_size, block_m, block_k, tiles, num_warps):
+        M, K = x.shape
+        dm, dk, dt, dw = quantize_config(M, K, block_size)
+        bm, tiles, num_warps = block_m or dm, tiles or dt, num_warps or dw
+        bk = max(block_size, min(block_k or dk, next_pow2(K)))
+        k_tiles = max(cdiv(K, bk), 1)
+        quant_programs = cdiv(cdiv(M, bm) * k_tiles, tiles) if K > 0 else 0
+        zero_programs = z_cols = 0
+        unit_log2, zr, zc = 0, 1, 1
+        scales_numel = n_rows * pk
+        if layout != _PLAIN and pk > 0:
+            # Padding zeros in 4-byte units when whole (K/block_size a multiple of 4: a unit must not cover scales).
+            if (K // block_size) % 4 == 0:
+                unit_log2 = 2
+            pk_units = pk >> unit_log2
+            zc = min(next_pow2(pk_units), 64)
+            zr = max(2048 // zc, 1)
+            z_cols = cdiv(pk_units, zc)
+            zero_programs = cdiv(n_rows, zr) * z_cols
+        self.units = torch.int32 if unit_log2 == 2 else torch.uint8
+        self.has_gs = has_gs
+        self.bound = None
+        if quant_programs + zero_programs == 0:
+            return
+        grid = (quant_programs + zero_programs,)
+        ints = (M, K, g, pk, scales_numel, n_rows, quant_programs, k_tiles, max(z_cols, 1))
+        self.x_pairs = None
+        if isinstance(x, LoadPrologue):
+            # x is computed by a generated function (its own index arithmetic: int64 where it needs it), compiled as
+            # generated kernels are (no multiply-add contraction, no flushed subnormals: the producer's ops round as
+            # op by op; the quantize math is exact either way). Its arguments travel as one tuple (tensors by
+            # address), passed per call.
+            wide = M * K >= _INT32_LIMIT or M * (K // 2) >= _INT32_LIMIT or scales_numel >= _INT32_LIMIT
+            self.bound = bound_launch(
+                _block_quantize_prologue_kernel, grid, ints,
+                dict(HAS_GS=has_gs, SCALE_LAYOUT=layout, LOG2_G=_log2_ceil(g), BLOCK_SIZE=block_size, BLOCK_M=bm,
+                     BLOCK_K=bk, TILES=tiles, WIDE=wide, UNIT_LOG2=unit_log2, ZERO_R=zr, ZERO_C=zc, PROLOGUE=x.fn),
+                num_warps, device=x.device, compile_options=COMPILE_OPTIONS, tuple_scalars=True)
+            return
+        # The pair formats read x as integers of twice its element size: unit-stride rows and aligned pairs.
+        x_format, strides = _X_ELEMENTS, x.stride()
+        if (x.stride(1) == 1 and x.stride(0) % 2 == 0 and x.storage_offset() % 2 == 0
+                and x.data_ptr() % (2 * x.element_size()) == 0):
+            x_format, self.x_pairs = _PAIR_FORMAT[x.dtype], _INT_OF_SIZE[2 * x.element_size()]
+            strides = (x.stride(0) // 2, 1)
+        wide = (M * abs(strides[0]) + K * abs(strides[1]) >= _INT32_LIMIT or M * (K // 2) >= _INT32_LIMIT
+                or scales_numel >= _INT32_LIMIT)
+        self.bound = bound_launch(
+            _block_quantize_kernel, grid, (*ints[:3], *strides, *ints[3:]),
+            dict(HAS_GS=has_gs, SCALE_LAYOUT=layout, X_FORMAT=x_format, LOG2_G=_log2_ceil(g), BLOCK_SIZE=block_size,
+                 BLOCK_M=bm, BLOCK_K=bk, TILES=tiles, WIDE=wide, UNIT_LOG2=unit_log2, ZERO_R=zr, ZERO_C=zc),
+            num_warps, device=x.device)
+
+    def __call__(self, x, global_scale, packed, scales, in_offsets, out_offsets) -> None:
+        bound = self.bound
+        if bound is None:
+            return
+        gs = global_scale if global_scale is not None else packed  # any pointer; unread when HAS_GS is False
+        tensors = (gs, packed, scales, scales, in_offsets, out_offsets)
+
+        def jit():  # Triton's JIT path sees the bytes as uint8; a direct launch takes the same addresses
+            packed8 = packed.view(torch.uint8)
+            return (packed8 if global_scale is None else global_scale, packed8, scales.view(torch.uint8),
+                    scales.view(self.units), in_offsets, out_offsets)
+
+        if type(x) is LoadPrologue:
+            bound(tensors, (x.args,), jit)
+        else:
+            bound((x, *tensors), (), lambda: (x if self.x_pairs is None else x.view(self.x_pairs), *jit()))
 
 
 _DUMMY_OFFSETS: dict = {}
-_PROLOGUE_LAUNCHERS: dict = {}  # num_warps -> Launcher of _block_quantize_prologue_kernel
 
 
 def _dummy_offsets(device: torch.device) -> torch.Tensor:
@@ -729,12 +805,39 @@ def _layout_op_for(node, input, input_offsets, output_offsets):
     return layout_op(input, input_offsets, output_offsets)
 
 
+def _prepare_layout_op(node, input, input_offsets, output_offsets):
+    """The layout op's kernel for one input signature (OpDef.prepare): checks and launch once; a call checks the
+    offsets' values (on the device by default) and launches."""
+    offsets = PreparedGroupCheck(ops.offsets_check(node.op.name, input.shape[0], input_offsets, output_offsets))
+    layout = LayoutOp(input, input_offsets, output_offsets)
+
+    def run(node, input, input_offsets, output_offsets):
+        offsets(input_offsets, output_offsets)
+        return layout(input, input_offsets, output_offsets)
+
+    return run
+
+
 def _block_quantize_for(node, input, global_scale=None, swizzle_block_scales=False, block_size=16, dtype=None):
     ops.check_k(node.op.name, input.shape[1], block_size)
     data, scales = block_quantize(input, global_scale, swizzle=swizzle_block_scales, block_size=block_size)
     if swizzle_block_scales:  # the launcher returns the padded buffer itself
         scales = ops.logical_view(scales, input.shape[0], input.shape[1] // block_size)
     return data, scales
+
+
+def _prepare_block_quantize(node, input, global_scale=None, swizzle_block_scales=False, block_size=16, dtype=None):
+    ops.check_k(node.op.name, input.shape[1], block_size)
+    quantize = BlockQuantize(input, global_scale, swizzle=swizzle_block_scales, block_size=block_size)
+    m, nb = input.shape[0], input.shape[1] // block_size
+
+    def run(node, input, global_scale=None, swizzle_block_scales=False, block_size=16, dtype=None):
+        if not quantize.accepts(input):  # (a load prologue's layout guard failed: x is a tensor this call)
+            return _block_quantize_for(node, input, global_scale, swizzle_block_scales, block_size, dtype)
+        data, scales = quantize(input, global_scale)
+        return data, ops.logical_view(scales, m, nb) if swizzle_block_scales else scales
+
+    return run
 
 
 def _grouped_block_quantize_for(node, input, input_offsets, output_offsets, global_scale=None, block_size=16,
@@ -744,6 +847,22 @@ def _grouped_block_quantize_for(node, input, input_offsets, output_offsets, glob
     return grouped_block_quantize(input, input_offsets, output_offsets, global_scale, block_size=block_size)
 
 
-attach("preprocess_grouped_matmul_input_sf", kernel=_layout_op_for)
-attach("nv_block_quantize", kernel=_block_quantize_for)
-attach("nv_grouped_block_quantize", kernel=_grouped_block_quantize_for)
+def _prepare_grouped_block_quantize(node, input, input_offsets, output_offsets, global_scale=None, block_size=16,
+                                    dtype=None):
+    ops.check_k(node.op.name, input.shape[1], block_size)
+    offsets = PreparedGroupCheck(ops.offsets_check(node.op.name, input.shape[0], input_offsets, output_offsets))
+    quantize = BlockQuantize(input, global_scale, input_offsets, output_offsets, block_size=block_size)
+
+    def run(node, input, input_offsets, output_offsets, global_scale=None, block_size=16, dtype=None):
+        if not quantize.accepts(input):  # (a load prologue's layout guard failed: x is a tensor this call)
+            return _grouped_block_quantize_for(node, input, input_offsets, output_offsets, global_scale, block_size,
+                                               dtype)
+        offsets(input_offsets, output_offsets)
+        return quantize(input, global_scale, input_offsets, output_offsets)
+
+    return run
+
+
+attach("preprocess_grouped_matmul_input_sf", kernel=_layout_op_for, prepare=_prepare_layout_op)
+attach("nv_block_quantize", kernel=_block_quantize_for, prepare=_prepare_block_quantize)
+attach("nv_grouped_block_quantize", kernel=_grouped_block_quantize_for, prepare=_prepare_grouped_block_quantize)

@@ -1,0 +1,336 @@
+"""Prepared op kernels (``OpDef.prepare``, docs/runtime.md "Prepared op kernels").
+
+The NVFP4 ops' hand-written kernels check shapes and dtypes and work out their launches once per input signature,
+when the plan's first call runs; a cached call only allocates, checks offset values, binds pointers and launches.
+These tests hold the prepared path to the unprepared one (every call checking and configuring anew): the same
+values, shapes, dtypes, strides and storages, call after call with new values; a new signature prepares again; bad
+metadata on a new signature raises pyfuser's own error, every time; what a signature does not fix (scale1's
+storage) is still checked per call; and the device-side offset checks, run here on CPU tensors under the Triton
+interpreter, report from a later call as on CUDA.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+
+from harness import DEVICE
+from nvfp4_inputs import gemm_inputs, start_offsets
+from pyfuser import DataType, FusionDefinition
+from pyfuser.codegen.launcher import triton_usable
+from pyfuser.errors import FusionExecutionError
+from pyfuser.nvfp4 import reference as ref
+from pyfuser.ops import narrow_precision, registry
+from pyfuser.runtime import fusion_runtime
+
+pytestmark = pytest.mark.skipif(not triton_usable(DEVICE), reason="hand-written kernels need Triton")
+
+LAYOUT, QUANT, GROUPED, GEMM = ("preprocess_grouped_matmul_input_sf", "nv_block_quantize",
+                                "nv_grouped_block_quantize", "cutlass_nvfp4_grouped_mm")
+
+
+@pytest.fixture
+def prepares(monkeypatch) -> collections.Counter:
+    """How many times each op's kernel was prepared (fusions built after the fixture count)."""
+    counts: collections.Counter = collections.Counter()
+    for name in (LAYOUT, QUANT, GROUPED, GEMM):
+        opdef = registry.get(name)
+
+        def counting(node, *args, _prepare=opdef.prepare, **kwargs):
+            counts[node.op.name] += 1
+            return _prepare(node, *args, **kwargs)
+
+        monkeypatch.setattr(opdef, "prepare", counting)
+    return counts
+
+
+def unprepared(monkeypatch, name: str) -> None:
+    """Fusions built from now on run the op's kernel unprepared: every call checks and configures anew."""
+    monkeypatch.setattr(registry.get(name), "prepare", None)
+
+
+def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
+    """Every byte of the tensor's storage (the swizzled scale results keep their data outside the logical view)."""
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+
+
+def assert_identical(got: list, want: list) -> None:
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert (a.dtype, a.shape, a.stride(), a.storage_offset()) == (b.dtype, b.shape, b.stride(), b.storage_offset())
+        assert a.untyped_storage().nbytes() == b.untyped_storage().nbytes()
+        assert torch.equal(_storage_bytes(a), _storage_bytes(b))
+
+
+def _i32(v):
+    return torch.tensor(v, dtype=torch.int32, device=DEVICE)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# fusions of one op each, and inputs of one signature with new values per seed
+
+
+def _offsets_inputs(tokens):
+    starts, sf = start_offsets(tokens, DEVICE)
+    return starts, sf
+
+
+def layout_case():
+    def define():
+        with FusionDefinition() as fd:
+            x = fd.from_pytorch(inputs(0)[0])  # column-major: the kernel reads it element by element
+            a = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Int32)
+            b = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Int32)
+            fd.add_output(fd.ops.preprocess_grouped_matmul_input_sf(x, a, b))
+        return fd
+
+    def inputs(seed, m=40, tokens=(7, 0, 33)):
+        gen = torch.Generator().manual_seed(seed)
+        x = (torch.rand(6, m, generator=gen) * 300 + 1).to(torch.float8_e4m3fn).to(DEVICE).t()
+        return [x, *_offsets_inputs(tokens)]
+
+    return LAYOUT, define, inputs
+
+
+def quantize_case(swizzle: bool):
+    def define():
+        with FusionDefinition() as fd:
+            x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
+            gs = fd.define_tensor(shape=[], dtype=DataType.Float)
+            q, s = fd.ops.nv_block_quantize(x, gs, swizzle_block_scales=swizzle)
+            fd.add_output(q)
+            fd.add_output(s)
+        return fd
+
+    def inputs(seed, m=24, k=64):
+        gen = torch.Generator().manual_seed(seed)
+        return [(torch.randn(m, k, generator=gen) * 5).to(torch.bfloat16).to(DEVICE),
+                torch.tensor(2.0 + seed, device=DEVICE)]
+
+    return QUANT, define, inputs
+
+
+def grouped_quantize_case():
+    def define():
+        with FusionDefinition() as fd:
+            x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
+            a = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Int32)
+            b = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Int32)
+            q, s = fd.ops.nv_grouped_block_quantize(x, a, b)
+            fd.add_output(q)
+            fd.add_output(s)
+        return fd
+
+    def inputs(seed, tokens=(5, 19, 0)):
+        gen = torch.Generator().manual_seed(seed)
+        x = torch.randn(sum(tokens), 48, generator=gen).to(DEVICE) * 3
+        return [x, *_offsets_inputs(tokens)]
+
+    return GROUPED, define, inputs
+
+
+def _gemm_fusion():
+    with FusionDefinition() as fd:
+        mat1 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float4_e2m1fn)
+        mat2 = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float4_e2m1fn, stride_order=[2, 0, 1])
+        scale1 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float8_e4m3fn)
+        scale2 = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float8_e4m3fn)
+        alpha = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        sizes = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int32)
+        offsets = fd.define_tensor(shape=[-1], dtype=DataType.Int32)
+        sf_offsets = fd.define_tensor(shape=[-1], dtype=DataType.Int32)
+        fd.add_output(fd.ops.cutlass_nvfp4_grouped_mm(mat1, mat2, scale1, scale2, alpha, sizes, offsets, sf_offsets,
+                                                      DataType.BFloat16))
+    return fd
+
+
+def gemm_case():
+    def inputs(seed, tokens=(12, 20)):
+        return gemm_inputs(sum(tokens), 128, 64, list(tokens), DEVICE, seed=seed).as_list()
+
+    return GEMM, _gemm_fusion, inputs
+
+
+CASES = {
+    "layout op": layout_case,
+    "block quantize": lambda: quantize_case(False),
+    "block quantize, swizzled": lambda: quantize_case(True),
+    "grouped quantize": grouped_quantize_case,
+    "grouped GEMM": gemm_case,
+}
+
+
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_prepared_calls_equal_unprepared_calls(case, prepares, monkeypatch):
+    """Call after call with new values (one signature), the prepared kernel gives exactly what the kernel run
+    unprepared gives: values (every byte of the storage), shapes, dtypes, strides, storage sizes."""
+    name, define, inputs = CASES[case]()
+    prepared = define()
+    for seed in range(3):
+        prepared.execute(inputs(seed))
+    assert prepares[name] == 1  # the first call prepared; the later ones ran the prepared kernel
+    unprepared(monkeypatch, name)
+    plain = define()
+    for seed in range(3, 6):
+        assert_identical(prepared.execute(inputs(seed)), plain.execute(inputs(seed)))
+    assert prepares[name] == 1 and prepared.last_runtime().describe()[0].runs_as == "op kernel"
+
+
+def test_grouped_gemm_prefill_config_prepared(prepares, monkeypatch):
+    """The GEMM's prefill form (both operands dequantized to fp16 first, then an fp16 grouped GEMM): more than 64
+    tokens per expert."""
+    def inputs(seed):
+        return gemm_inputs(130, 128, 64, [65, 0, 65], DEVICE, seed=seed).as_list()
+
+    prepared = _gemm_fusion()
+    first = prepared.execute(inputs(0))
+    unprepared(monkeypatch, GEMM)
+    plain = _gemm_fusion()
+    assert_identical(first, plain.execute(inputs(0)))
+    assert_identical(prepared.execute(inputs(1)), plain.execute(inputs(1)))
+    assert prepares[GEMM] == 1
+
+
+def test_a_new_signature_prepares_again(prepares):
+    """Each signature has a plan of its own, prepared by its first call; calls alternating between them stay
+    right (nothing prepared for one leaks into the other)."""
+    name, define, inputs = layout_case()
+    fd = define()
+    a, b = inputs(0), inputs(1, m=300, tokens=(100, 60, 140))
+    for i, args in enumerate([a, b, a, b]):
+        got = fd.execute(args)[0]
+        x, starts, sf = args
+        want = ref.preprocess_grouped_matmul_input_sf(x, starts, sf)
+        assert torch.equal(_storage_bytes(got), _storage_bytes(want))
+        assert prepares[name] == min(i + 1, 2)
+
+
+@pytest.mark.parametrize("case, bad, match", [
+    ("grouped GEMM", lambda args: args[:3] + [args[3][:, :, :2].contiguous()] + args[4:],
+     r"fd.ops.cutlass_nvfp4_grouped_mm: nvfp4_grouped_mm: scale2 must be a contiguous \[G, roundup\(N,128\), K/16\] = "
+     r"\(2, 128, 4\) e4m3 tensor .*got shape \(2, 128, 2\)"),
+    ("layout op", lambda args: [args[0], args[1], args[2][:2]],
+     "fd.ops.preprocess_grouped_matmul_input_sf: input_offsets has 3 entries but output_offsets has 2"),
+    ("grouped quantize", lambda args: [args[0][:, :40].contiguous(), args[1], args[2]],
+     "fd.ops.nv_grouped_block_quantize: the last dim of input is 40, not a multiple of block_size 16"),
+    ("block quantize", lambda args: [args[0][:, :24].contiguous(), args[1]],
+     "fd.ops.nv_block_quantize: the last dim of input is 24, not a multiple of block_size 16"),
+])
+def test_bad_metadata_on_a_new_signature_raises_every_time(case, bad, match, prepares):
+    """After a good signature is prepared, inputs of a new, bad signature get pyfuser's error naming the input
+    and what was expected against what was found, on every call (a failed preparation is not kept), and the good
+    signature keeps working."""
+    name, define, inputs = CASES[case]()
+    fd = define()
+    good = inputs(0)
+    want = fd.execute(good)
+    for _ in range(2):
+        with pytest.raises(FusionExecutionError, match=match):
+            fd.execute(bad(inputs(1)))
+    assert_identical(fd.execute(good), want)
+    assert prepares[name] == 3  # the good signature once, the bad one on each of its calls
+
+
+def test_cached_calls_skip_the_metadata_checks(monkeypatch):
+    """The prepared kernel's calls do not redo the operand contract or the offsets' dtype checks; a new signature
+    does (here: the checks replaced by failing ones after the first signature was prepared)."""
+    name, define, inputs = gemm_case()
+    fd = define()
+    want = fd.execute(inputs(0))
+
+    def fail(*args, **kwargs):
+        raise FusionExecutionError("checked again")
+
+    monkeypatch.setattr(narrow_precision, "gemm_contract", fail)
+    monkeypatch.setattr(narrow_precision, "offsets_check", fail)
+    assert_identical(fd.execute(inputs(0)), want)
+    with pytest.raises(FusionExecutionError, match="checked again"):
+        fd.execute(inputs(1, tokens=(20, 20)))
+    _, define_layout, layout_inputs = layout_case()
+    with pytest.raises(FusionExecutionError, match="checked again"):
+        define_layout().execute(layout_inputs(0))
+
+
+def test_scale1_storage_is_checked_per_call(prepares):
+    """scale1's storage size is not part of a signature: a call whose scale1 (same sizes and strides) has a smaller
+    storage than the prepared one's is checked anew and refused."""
+    name, define, inputs = gemm_case()
+    fd = define()
+    good = inputs(0)
+    want = fd.execute(good)
+    short = list(good)
+    short[2] = good[2].clone()  # a compact [M, K/16] copy: too few rows for the padded groups
+    assert short[2].stride() == good[2].stride()
+    with pytest.raises(FusionExecutionError, match="scale1 holds 32 block-scale rows"):
+        fd.execute(short)
+    assert_identical(fd.execute(good), want)
+    assert prepares[name] == 1
+
+
+def test_negative_bit_inputs_through_the_prepared_kernel():
+    """A negative-bit input is resolved before the prepared kernel sees it, on its preparing call and after."""
+    x = torch.randn(32, 64, device=DEVICE) * 3
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        q, s = fd.ops.nv_block_quantize(t)
+        fd.add_output(q)
+        fd.add_output(s)
+    data, scales = ref.quantize_nvfp4_fused(x, None)
+    for _ in range(2):
+        outs = fd.execute([torch._neg_view(-x)])
+        assert torch.equal(outs[0].view(torch.uint8), data.view(torch.uint8))
+        assert torch.equal(outs[1].view(torch.uint8), scales.view(torch.uint8))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the device-side offset checks (the CUDA default), on CPU tensors
+
+
+@pytest.fixture
+def device_checks(monkeypatch):
+    """Runtimes built from now on check offsets on the device and report from a later call, on CPU too."""
+    monkeypatch.setattr(fusion_runtime, "DEFERRED_ERROR_DEVICES", fusion_runtime.DEFERRED_ERROR_DEVICES | {"cpu"})
+
+
+@pytest.mark.parametrize("case, spoil, match, sync_match", [
+    ("grouped GEMM", lambda args: args[:6] + [_i32([20, 0])] + args[7:],
+     r"fd.ops.cutlass_nvfp4_grouped_mm: expert_offsets must be non-decreasing start rows in \[0, 32\]",
+     r"expert_offsets must be non-decreasing start rows in \[0, 32\], got \[20, 0\]"),
+    ("layout op", lambda args: [args[0], args[1], _i32([0, 100, 128])],
+     r"fd.ops.preprocess_grouped_matmul_input_sf: output_offsets must place each group's rows, padded to a "
+     r"multiple of 128, in order without overlap",
+     r"output_offsets \[0, 100, 128\] overlap: group 1 starts at row 100"),
+    ("grouped quantize", lambda args: [args[0], _i32([0, 30, 24]), args[2]],
+     r"fd.ops.nv_grouped_block_quantize: input_offsets must be non-decreasing start rows in \[0, 24\] starting "
+     r"at 0", r"input_offsets must be non-decreasing start rows in \[0, 24\], got \[0, 30, 24\]"),
+])
+def test_device_offset_checks_report_from_a_later_call(case, spoil, match, sync_match, device_checks,
+                                                       monkeypatch):
+    """The check of a prepared kernel's call runs on the device (the Triton check kernel, interpreted here) and
+    never reads the values on the host; the next call raises, naming the op and the input, and says that the
+    offending call's outputs are invalid; the flags are then clear."""
+    name, define, inputs = CASES[case]()
+    fd = define()
+    good = inputs(0)
+    want = fd.execute(good)
+    bad = spoil(good)
+    real_tolist = torch.Tensor.tolist
+
+    def no_reads_of(t, _bad=[x for x in bad if x.dtype == torch.int32]):
+        if any(t is b for b in _bad):
+            raise AssertionError("offset values were read on the host")
+        return real_tolist(t)
+
+    monkeypatch.setattr(torch.Tensor, "tolist", no_reads_of)
+    fd.execute(bad)  # flagged on the device, reported later
+    monkeypatch.undo()
+    with pytest.raises(FusionExecutionError, match=match + r".*found on the device by an earlier call"):
+        fd.execute(good)
+    assert_identical(fd.execute(good), want)  # reported once: the flags are clear
+    with pytest.raises(FusionExecutionError, match=sync_match):  # at once, with the values (a plan of its own)
+        fd.execute(bad, _enable_options=["sync_offset_checks"])
