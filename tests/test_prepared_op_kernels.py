@@ -334,3 +334,44 @@ def test_device_offset_checks_report_from_a_later_call(case, spoil, match, sync_
     assert_identical(fd.execute(good), want)  # reported once: the flags are clear
     with pytest.raises(FusionExecutionError, match=sync_match):  # at once, with the values (a plan of its own)
         fd.execute(bad, _enable_options=["sync_offset_checks"])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the MoE layer: every prepared kernel at once (load prologues, the counting sort's launch, GEMMs)
+
+
+def test_moe_layer_prepared_equals_unprepared(monkeypatch):
+    """The NVFP4 MoE layer (two grouped quantizes computing their input through load prologues, two GEMMs, the
+    counting sort with its epilogue) gives the same bits call after call with new tokens as with every op kernel
+    unprepared."""
+    from pyfuser.demo import moe_nvfp4 as moe
+
+    cfg = moe.MoEConfig(hidden=128, intermediate=64, experts=4, top_k=2)
+    weights = moe.quantize_weights(moe.make_weights(cfg, DEVICE))
+    prepared = moe.MoENVFP4(cfg, weights)
+    xs = [torch.randn(6, cfg.hidden, generator=torch.Generator().manual_seed(s)).to(DEVICE, torch.bfloat16)
+          for s in range(3)]
+    outs = [prepared(x) for x in xs]
+    for name in (LAYOUT, QUANT, GROUPED, GEMM):
+        unprepared(monkeypatch, name)
+    plain = moe.MoENVFP4(cfg, weights)
+    for x, out in zip(xs, outs):
+        assert_identical([out], [plain(x)])
+
+
+def test_counting_sort_step_prepared_call_after_call():
+    """The counting sort's launch (with the offsets kernel as its epilogue) is bound by a segment's first call; later
+    calls with other routings give eager's permutation, inverse, counts and offsets."""
+    from test_counting_sort import _eager_routing, _moe_routing, _routing_logits
+
+    t, e, k = 16, 8, 2
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, e], contiguity=True, dtype=DataType.Float)
+        for out in _moe_routing(fd, x, t, e, k):
+            fd.add_output(out)
+    for seed in range(3):
+        logits = _routing_logits(t, e, seed=seed)
+        for got, want in zip(fd.execute([logits]), _eager_routing(logits, k, e)):
+            assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
+    assert [s.kind.value for s in fd.segments()].count("CountingSort") == 1
+    assert any(r.name.startswith("counting_sort + epilogue") for seg in fd.last_execution() for r in seg.steps)

@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from ..codegen.kernel_builder import COMPILE_OPTIONS
-from ..codegen.launcher import Launcher, next_pow2
+from ..codegen.launcher import bound_launch, next_pow2
 
 MAX_BINS = 1024  # more distinct keys than this stay on ATen's sort (the one-hot tile would be too narrow in M)
 _TILE_ELEMS = 8192  # elements of the one-hot tile: BLOCK_M * BLOCK_B
@@ -91,38 +91,45 @@ def _counting_sort_epilogue_kernel(keys_ptr, perm_ptr, inv_ptr, counts_ptr, m, k
     EPILOGUE(EPI_ARGS)
 
 
-_LAUNCHERS: dict = {}  # (with epilogue, num_warps) -> Launcher
-
-
-def _launcher(with_epilogue: bool, num_warps: int) -> Launcher:
-    key = (with_epilogue, num_warps)
-    launcher = _LAUNCHERS.get(key)
-    if launcher is None:
-        # Compiled as generated kernels are (no multiply-add contraction, no flushed subnormals): the epilogue's
-        # ops must round as they do op by op. (The sort itself is integer work, exact under any options.)
-        fn = _counting_sort_epilogue_kernel if with_epilogue else _counting_sort_kernel
-        launcher = _LAUNCHERS.setdefault(key, Launcher(fn, num_warps, compile_options=COMPILE_OPTIONS))
-    return launcher
-
-
 def counting_sort(keys: torch.Tensor, n_bins: int, perm: Optional[torch.Tensor] = None,
                   inv: Optional[torch.Tensor] = None, counts: Optional[torch.Tensor] = None,
                   epilogue: Optional[tuple] = None) -> None:
     """Writes, for 1-D integer ``keys`` whose every value lies in ``[0, n_bins)`` (the caller's guarantee, not
     checked): ``perm`` = torch.argsort(keys, stable=True), ``inv`` = its inverse permutation (torch.argsort(perm)),
     ``counts[e]`` = number of keys equal to e for e < counts.numel() (all 1-D, any strides; each may be None).
-    ``epilogue`` = (jit function, argument tuple) runs after them in the same program."""
-    m = keys.numel()
-    n_counts = counts.numel() if counts is not None else 0
-    block_m, block_b, num_warps = block_sizes(max(n_bins, n_counts))
-    any_out = keys
-    stride = lambda t: t.stride(0) if t is not None else 0  # noqa: E731
-    tensors = [keys, perm if perm is not None else any_out, inv if inv is not None else any_out,
-               counts if counts is not None else any_out]
-    ints = [m, stride(keys), stride(perm), stride(inv), n_counts, stride(counts)]
-    flags = (block_m, block_b, perm is not None, inv is not None, counts is not None)
-    if epilogue is None:
-        _launcher(False, num_warps).launch((1,), tensors, ints, flags)
-    else:
-        fn, args = epilogue
-        _launcher(True, num_warps).launch((1,), tensors, ints + [args], (*flags, fn))
+    ``epilogue`` = (jit function, argument tuple) runs after them in the same program. The same as preparing a
+    :class:`CountingSort` and calling it once."""
+    fn, args = epilogue if epilogue is not None else (None, None)
+    CountingSort(keys, n_bins, perm, inv, counts, fn)(keys, perm, inv, counts, args)
+
+
+class CountingSort:
+    """:func:`counting_sort` for arguments of fixed metadata (sizes and strides; which outputs exist) and a fixed
+    epilogue function: its one launch bound once (a CountingSort segment's step keeps one per input signature), so
+    a call passes four pointers and the epilogue's argument tuple."""
+
+    def __init__(self, keys, n_bins: int, perm=None, inv=None, counts=None, epilogue_fn=None):
+        m = keys.numel()
+        n_counts = counts.numel() if counts is not None else 0
+        block_m, block_b, num_warps = block_sizes(max(n_bins, n_counts))
+        stride = lambda t: t.stride(0) if t is not None else 0  # noqa: E731
+        ints = (m, stride(keys), stride(perm), stride(inv), n_counts, stride(counts))
+        meta = dict(BLOCK_M=block_m, BLOCK_B=block_b, HAS_PERM=perm is not None, HAS_INV=inv is not None,
+                    HAS_COUNTS=counts is not None)
+        # Compiled as generated kernels are (no multiply-add contraction, no flushed subnormals): the epilogue's
+        # ops must round as they do op by op. (The sort itself is integer work, exact under any options.)
+        if epilogue_fn is None:
+            self.ints = ()
+            self.launch = bound_launch(_counting_sort_kernel, (1,), ints, meta, num_warps, device=keys.device,
+                                       compile_options=COMPILE_OPTIONS)
+        else:  # the epilogue's argument tuple follows the integers: they are passed per call with it
+            self.ints = ints
+            self.launch = bound_launch(_counting_sort_epilogue_kernel, (1,), (), dict(meta, EPILOGUE=epilogue_fn),
+                                       num_warps, device=keys.device, compile_options=COMPILE_OPTIONS,
+                                       tuple_scalars=True)
+
+    def __call__(self, keys, perm=None, inv=None, counts=None, epilogue_args: Optional[tuple] = None) -> None:
+        # Absent outputs are never written: the keys stand for their pointers.
+        tensors = (keys, perm if perm is not None else keys, inv if inv is not None else keys,
+                   counts if counts is not None else keys)
+        self.launch(tensors, () if epilogue_args is None else (*self.ints, epilogue_args))

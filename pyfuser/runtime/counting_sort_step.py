@@ -19,7 +19,7 @@ from ..codegen.plan import plan_kernel, segment_metas
 from ..ir.dtypes import to_torch_dtype
 from ..ir.fusion import external_inputs
 from ..ir.nodes import Scalar, Vector
-from ..kernels.counting_sort import MAX_BINS, block_sizes, counting_sort
+from ..kernels.counting_sort import MAX_BINS, CountingSort, block_sizes
 from ..segment.counting_sort import CountingSortGroup
 from ..segment.loop_domain import NotFusable
 from .steps import StepReport
@@ -30,7 +30,7 @@ class CountingSortStep:
     keys in ``keys_slot``, then the epilogue. ``metas``: (sizes, strides, dtype) of each output allocated here."""
 
     __slots__ = ("keys_slot", "n_bins", "outs", "epilogue", "epi_fn", "epi_in_slots", "epi_out_slots",
-                 "epi_out_metas", "epi_scalars", "device", "segment", "name", "__weakref__")
+                 "epi_out_metas", "epi_scalars", "device", "segment", "name", "sort", "__weakref__")
 
     def __init__(self, keys_slot: int, n_bins: int, outs: list, device, segment: int,
                  epilogue: Optional[EpiloguePlan] = None, epi_in_slots=(), epi_out_slots=(), epi_out_metas=(),
@@ -41,6 +41,7 @@ class CountingSortStep:
         self.epi_in_slots, self.epi_out_slots, self.epi_out_metas = epi_in_slots, epi_out_slots, epi_out_metas
         self.epi_scalars = epi_scalars
         self.name = "counting_sort" + (f" + epilogue {epilogue.kernel.name}" if epilogue is not None else "")
+        self.sort = None  # the launch, prepared by the first call (the tensors' metadata is the signature's)
 
     def run(self, v: list) -> None:
         made = []
@@ -50,7 +51,7 @@ class CountingSortStep:
                 slot, (sizes, strides, dtype) = out
                 t = v[slot] = torch.empty_strided(sizes, strides, dtype=dtype, device=self.device)
             made.append(t)
-        epilogue = None
+        args = None
         if self.epilogue is not None:
             outs = [torch.empty_strided(s, st, dtype=dt, device=self.device) for s, st, dt in self.epi_out_metas]
             for slot, t in zip(self.epi_out_slots, outs):
@@ -58,8 +59,12 @@ class CountingSortStep:
             plan = self.epilogue.kernel
             if plan.n_rows * plan.n_cols:  # (an empty epilogue writes nothing)
                 ins = [v[s] for s in self.epi_in_slots]
-                epilogue = (self.epi_fn, (*ins, *outs, *self.epi_scalars(v), *plan.fixed_args))
-        counting_sort(v[self.keys_slot], self.n_bins, *made, epilogue=epilogue)
+                args = (*ins, *outs, *self.epi_scalars(v), *plan.fixed_args)
+        keys = v[self.keys_slot]
+        sort = self.sort
+        if sort is None:
+            sort = self.sort = CountingSort(keys, self.n_bins, *made, self.epi_fn if args is not None else None)
+        sort(keys, *made, args)
 
     def describe(self) -> StepReport:
         counts = self.outs[2]
