@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pyfuser import DataType, FusionDefinition
 from pyfuser.nvfp4 import reference as ref
 
 
@@ -68,3 +69,19 @@ def gemm_inputs(m: int, n: int, k: int, tokens, device, seed: int = 0) -> GemmIn
     ps = torch.tensor([[t, n, k] for t in tokens], dtype=torch.int32, device=device)
     mat2 = w_packed.view(torch.float4_e2m1fn_x2).transpose(-1, -2)
     return GemmInputs(mat1, mat2, scale1, scale2, alpha, ps, eo, so, a, w)
+
+
+def gemm_fusion() -> FusionDefinition:
+    """fd.ops.cutlass_nvfp4_grouped_mm of eight inputs of any sizes (``GemmInputs.as_list()``), bf16 out."""
+    with FusionDefinition() as fd:
+        mat1 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float4_e2m1fn)
+        mat2 = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float4_e2m1fn, stride_order=[2, 0, 1])
+        scale1 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float8_e4m3fn)
+        scale2 = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float8_e4m3fn)
+        alpha = fd.define_tensor(shape=[-1], dtype=DataType.Float)
+        sizes = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int32)
+        offsets = fd.define_tensor(shape=[-1], dtype=DataType.Int32)
+        sf_offsets = fd.define_tensor(shape=[-1], dtype=DataType.Int32)
+        fd.add_output(fd.ops.cutlass_nvfp4_grouped_mm(mat1, mat2, scale1, scale2, alpha, sizes, offsets, sf_offsets,
+                                                      DataType.BFloat16))
+    return fd

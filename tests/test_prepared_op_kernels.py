@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from harness import DEVICE
-from nvfp4_inputs import gemm_inputs, start_offsets
+from nvfp4_inputs import gemm_fusion, gemm_inputs, start_offsets
 from pyfuser import DataType, FusionDefinition
 from pyfuser.codegen.launcher import triton_usable
 from pyfuser.errors import FusionExecutionError
@@ -131,26 +131,11 @@ def grouped_quantize_case():
     return GROUPED, define, inputs
 
 
-def _gemm_fusion():
-    with FusionDefinition() as fd:
-        mat1 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float4_e2m1fn)
-        mat2 = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float4_e2m1fn, stride_order=[2, 0, 1])
-        scale1 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float8_e4m3fn)
-        scale2 = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float8_e4m3fn)
-        alpha = fd.define_tensor(shape=[-1], dtype=DataType.Float)
-        sizes = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int32)
-        offsets = fd.define_tensor(shape=[-1], dtype=DataType.Int32)
-        sf_offsets = fd.define_tensor(shape=[-1], dtype=DataType.Int32)
-        fd.add_output(fd.ops.cutlass_nvfp4_grouped_mm(mat1, mat2, scale1, scale2, alpha, sizes, offsets, sf_offsets,
-                                                      DataType.BFloat16))
-    return fd
-
-
 def gemm_case():
     def inputs(seed, tokens=(12, 20)):
         return gemm_inputs(sum(tokens), 128, 64, list(tokens), DEVICE, seed=seed).as_list()
 
-    return GEMM, _gemm_fusion, inputs
+    return GEMM, gemm_fusion, inputs
 
 
 CASES = {
@@ -187,10 +172,10 @@ def test_grouped_gemm_prefill_config_prepared(prepares, monkeypatch):
     def inputs(seed):
         return gemm_inputs(130, 128, 64, [65, 0, 65], DEVICE, seed=seed).as_list()
 
-    prepared = _gemm_fusion()
+    prepared = gemm_fusion()
     first = prepared.execute(inputs(0))
     unprepared(monkeypatch, GEMM)
-    plain = _gemm_fusion()
+    plain = gemm_fusion()
     assert_identical(first, plain.execute(inputs(0)))
     assert_identical(prepared.execute(inputs(1)), plain.execute(inputs(1)))
     assert prepares[GEMM] == 1

@@ -187,19 +187,9 @@ def _count_jit_dispatches(monkeypatch) -> dict:
 
 def _gemm_fusion_and_inputs():
     """The NVFP4 grouped GEMM as a fusion, good inputs, and inputs whose expert offsets decrease."""
-    from nvfp4_inputs import gemm_inputs
+    from nvfp4_inputs import gemm_fusion, gemm_inputs
 
-    with FusionDefinition() as fd:
-        mat1 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float4_e2m1fn)
-        mat2 = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float4_e2m1fn, stride_order=[2, 0, 1])
-        scale1 = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float8_e4m3fn)
-        scale2 = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float8_e4m3fn)
-        alpha = fd.define_tensor(shape=[-1], dtype=DataType.Float)
-        sizes = fd.define_tensor(shape=[-1, -1], dtype=DataType.Int32)
-        offsets = fd.define_tensor(shape=[-1], dtype=DataType.Int32)
-        sf_offsets = fd.define_tensor(shape=[-1], dtype=DataType.Int32)
-        fd.add_output(fd.ops.cutlass_nvfp4_grouped_mm(mat1, mat2, scale1, scale2, alpha, sizes, offsets, sf_offsets,
-                                                      DataType.BFloat16))
+    fd = gemm_fusion()
     g = gemm_inputs(96, 128, 64, [20, 33, 0, 43], DEVICE)
     good = g.as_list()
     bad = list(good)
