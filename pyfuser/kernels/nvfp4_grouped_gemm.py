@@ -49,7 +49,8 @@ arrive sums the SPLIT_K partials in split order (deterministic: the same bits wh
 the counter to zero for the next launch and runs the epilogue.
 
 Host cost matters as much as GPU time at decode sizes: see ``pyfuser/codegen/launcher.py`` (cached
-specializations are launched without Triton's per-call argument binding).
+specializations are launched without Triton's per-call argument binding), and :class:`GroupedGemm`, which does
+everything but allocating and launching once per operand layout (the op's kernel keeps one per input signature).
 """
 
 from __future__ import annotations
