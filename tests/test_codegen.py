@@ -472,3 +472,45 @@ def test_float_pow_is_computed_in_double_and_rounded_once(dtype):
     ref_s = torch.pow(b64, 6.0).float()  # (a reduced-precision base computes, and returns, Float: nvFuser's rule)
     bits_equal(out_t, ref_t, nan_bits=False)  # (NaN payloads: the device's own)
     bits_equal(out_s, ref_s, nan_bits=False)
+
+
+def _max_then_shift(fd, store_max):
+    x = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.Float, stride_order=[0, 1])
+    m = fd.ops.max(x, dims=[1], keepdim=True)
+    n = fd.ops.min(x, dims=[1], keepdim=True)
+    fd.add_output(fd.ops.sub(x, m))
+    fd.add_output(fd.ops.mul(x, n))
+    if store_max:
+        fd.add_output(m)
+        fd.add_output(n)
+
+
+@pytest.mark.parametrize("store_max", [False, True], ids=["read-by-arithmetic", "stored"])
+def test_max_min_read_only_by_arithmetic(store_max):
+    # A max/min that only arithmetic reads reduces with the one-instruction NaN-propagating combine; a stored one
+    # keeps the combine that returns an operand's NaN. Both against op-by-op eager, bit for bit but for NaN
+    # payloads (the device's own), on a transposed input with NaN of both signs, infs, signed zeros and whole
+    # rows of them.
+    x = torch.randn(48, 40) * 10
+    x[1, 3] = float("nan")
+    x[2, 5] = -float("nan")
+    x[3, 7], x[4, 9] = float("inf"), float("-inf")
+    x[5, :], x[6, :] = 0.0, -0.0
+    x[7, ::2] = -0.0
+    x[8, :] = float("-inf")
+    xt = x.t().contiguous().t().to(DEVICE)
+
+    def eager(t):
+        m, n = t.amax(1, keepdim=True), t.amin(1, keepdim=True)
+        return [t - m, t * n] + ([m, n] if store_max else [])
+
+    with FusionDefinition() as fd:
+        _max_then_shift(fd, store_max)
+    outs = fd.execute([xt])
+    for o, r in zip(outs, eager(xt)):
+        bits_equal(o, r, nan_bits=False)
+    if triton_usable(xt):
+        sources = "\n".join(r.kernel_source for r in fd.last_execution() if r.kernel_source)
+        assert ("_max_canonical_nan, keep_dims" in sources) != store_max
+        assert ("_min_canonical_nan, keep_dims" in sources) != store_max
+    check_fusion(lambda fd: _max_then_shift(fd, store_max), [xt], eager)
