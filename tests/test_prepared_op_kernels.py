@@ -241,19 +241,31 @@ def test_cached_calls_skip_the_metadata_checks(monkeypatch):
         define_layout().execute(layout_inputs(0))
 
 
-def test_scale1_storage_is_checked_per_call(prepares):
+@pytest.mark.parametrize("mode", ["sync", "device"])
+def test_scale1_storage_is_checked_per_call(prepares, mode, device_checks):
     """scale1's storage size is not part of a signature: a call whose scale1 (same sizes and strides) has a smaller
-    storage than the prepared one's is checked anew and refused."""
+    storage than the prepared one's is checked anew and refused. Whether the padded groups fit depends on the
+    offsets' values, so that check reads them at once with sync_offset_checks, and otherwise runs on the device
+    and reports from a later call (on CPU too here: device_checks)."""
     name, define, inputs = gemm_case()
     fd = define()
+    opts = ["sync_offset_checks"] if mode == "sync" else []
     good = inputs(0)
-    want = fd.execute(good)
+    want = fd.execute(good, _enable_options=opts)
     short = list(good)
     short[2] = good[2].clone()  # a compact [M, K/16] copy: too few rows for the padded groups
     assert short[2].stride() == good[2].stride()
-    with pytest.raises(FusionExecutionError, match="scale1 holds 32 block-scale rows"):
-        fd.execute(short)
-    assert_identical(fd.execute(good), want)
+    if mode == "sync":
+        with pytest.raises(FusionExecutionError, match="scale1 holds 32 block-scale rows"):
+            fd.execute(short, _enable_options=opts)
+    else:
+        fd.execute(short)  # flagged on the device (its reads of scale1 stay inside the storage)
+        if DEVICE.type == "cuda":
+            torch.cuda.synchronize()  # the flag is read by the next call, once the GPU has written it
+        with pytest.raises(FusionExecutionError,
+                           match=r"scale1 holds 32 block-scale rows.*found on the device by an earlier call"):
+            fd.execute(good)
+    assert_identical(fd.execute(good, _enable_options=opts), want)
     assert prepares[name] == 1
 
 
@@ -314,6 +326,8 @@ def test_device_offset_checks_report_from_a_later_call(case, spoil, match, sync_
     monkeypatch.setattr(torch.Tensor, "tolist", no_reads_of)
     fd.execute(bad)  # flagged on the device, reported later
     monkeypatch.undo()
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()  # the flag is read by the next call, once the GPU has written it
     with pytest.raises(FusionExecutionError, match=match + r".*found on the device by an earlier call"):
         fd.execute(good)
     assert_identical(fd.execute(good), want)  # reported once: the flags are clear
