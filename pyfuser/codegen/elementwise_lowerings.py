@@ -11,6 +11,7 @@ import torch
 
 from ..ops.registry import attach
 from ..segment.loop_domain import NotFusable
+from .interpreter_compat import interpreting
 from .kernel_builder import KernelBuilder, KValue
 from .lowering import _operand, cast_lowering, check_real, elementwise as _triton, out_dtype
 
@@ -18,8 +19,7 @@ _LD = "libdevice.{}({{0}})"
 _TRITON = {
     **{n: _triton(None, _LD.format(n)) for n in (
         "acos", "acosh", "asin", "asinh", "atan", "atanh", "cos", "cosh", "exp", "exp2", "expm1", "erf", "erfc",
-        "erfinv", "erfcinv", "lgamma", "log", "log10", "log1p", "log2", "rsqrt", "sin", "sinh", "sqrt", "tan",
-        "tanh")},
+        "erfinv", "erfcinv", "lgamma", "log", "log10", "log1p", "log2", "rsqrt", "sin", "sinh", "sqrt", "tan")},
     # libdevice wants both operands in one dtype: a bare 1.0 would be fp32 against a Double operand.
     "reciprocal": _triton(None, "libdevice.div_rn(tl.full([], 1.0, {0}.dtype), {0})"),
     "sigmoid": _triton(None, "libdevice.div_rn(tl.full([], 1.0, {0}.dtype), 1.0 + libdevice.exp(-{0}))"),
@@ -137,6 +137,15 @@ def _pow(node, kb: KernelBuilder, base, exponent):
 
 
 _TRITON["pow"] = _pow
+
+
+def _tanh_template(compute: torch.dtype) -> str:
+    """Float tanh on the GPU is the prelude's branch-free copy of libdevice's tanhf (same bits, fewer
+    instructions where a warp's inputs straddle |x| = 0.6); Double and the interpreter use libdevice."""
+    return "_tanh_f32({0})" if compute == torch.float32 and not interpreting() else _LD.format("tanh")
+
+
+_TRITON["tanh"] = _triton(None, _tanh_template)
 
 for _name, _lower in _TRITON.items():
     attach(_name, lower=_lower)

@@ -113,6 +113,43 @@ def _cummin_combine(a, b):
 
 
 @triton.jit
+def _tanh_f32(x):
+    # libdevice's tanhf (__nv_tanhf), instruction for instruction, with both of its halves computed and one
+    # selected: an odd polynomial below |x| = 0.6 (NaN included), 1 - 2 / (2^(2|x|/ln 2) + 1) with x's sign
+    # above, 1 at |x| >= 9.0109. libdevice branches between the halves, and inputs on both sides in one warp
+    # run both plus the branching (tanh-GELU: about 30% of its instructions). Same instructions, same bits: the
+    # GPU tests compare it with libdevice.tanh on all 2^32 inputs. The interpreter has no PTX: it uses libdevice.
+    return tl.inline_asm_elementwise(
+        """{
+        .reg .f32 x, t, x2, p, e, y;
+        .reg .b32 s, yb;
+        .reg .pred small, one;
+        mov.b32 x, $1;
+        abs.f32 t, x;
+        mul.rn.f32 x2, x, x;
+        fma.rn.f32 p, 0f3C80F082, x2, 0fBD563CAE;
+        fma.rn.f32 p, p, x2, 0f3E085941;
+        fma.rn.f32 p, p, x2, 0fBEAAA9ED;
+        fma.rn.f32 p, p, x2, 0f00000000;
+        fma.rn.f32 p, p, x, x;
+        mul.rn.f32 e, t, 0f4038AA3B;
+        ex2.approx.ftz.f32 e, e;
+        add.rn.f32 e, e, 0f3F800000;
+        rcp.approx.ftz.f32 e, e;
+        fma.rn.f32 y, e, 0fC0000000, 0f3F800000;
+        setp.ge.f32 one, t, 0f41102CB4;
+        selp.f32 y, 0f3F800000, y, one;
+        mov.b32 yb, y;
+        and.b32 s, $1, 0x80000000;
+        or.b32 yb, yb, s;
+        setp.ltu.f32 small, t, 0f3F19999A;
+        mov.b32 s, p;
+        selp.b32 $0, s, yb, small;
+        }""",
+        "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
 def _remainder_adjust(r, b):
     # Python/torch remainder from a C remainder r (fmod, or % on integers, both take the dividend's sign): move
     # a non-zero r to the divisor's sign. A zero keeps the dividend's sign, as ATen's remainder does.

@@ -7,7 +7,7 @@ Complex dtypes have no Triton form: such nodes make their segment fall back to A
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional, Union
 
 import torch
 
@@ -43,14 +43,14 @@ def check_real(node) -> None:
             raise NotFusable(f"fd.ops.{node.op.name} on complex values has no Triton lowering")
 
 
-def elementwise(template: Optional[str], float_template: Optional[str] = None, result: str = "compute",
+def elementwise(template: Optional[str], float_template: Union[str, Callable, None] = None, result: str = "compute",
                 bool_ok: bool = False):
     """Lowering from a Triton template over the cast operands ({0}, {1}, ...).
 
-    ``float_template`` replaces ``template`` when computing in a floating dtype; ``template=None`` means only
-    floats are supported. ``result``: the template's dtype, "compute" (the last operand's cast dtype, which for
-    where(pred, a, b) is that of a and b) or "bool". Arithmetic on Bool (1-bit in Triton: True + True would wrap
-    to False) is refused unless ``bool_ok``."""
+    ``float_template`` replaces ``template`` when computing in a floating dtype (a callable: the template for the
+    compute dtype); ``template=None`` means only floats are supported. ``result``: the template's dtype,
+    "compute" (the last operand's cast dtype, which for where(pred, a, b) is that of a and b) or "bool".
+    Arithmetic on Bool (1-bit in Triton: True + True would wrap to False) is refused unless ``bool_ok``."""
 
     def lower(node, kb: KernelBuilder, *args):
         check_real(node)
@@ -60,6 +60,8 @@ def elementwise(template: Optional[str], float_template: Optional[str] = None, r
         if compute == torch.bool and not bool_ok:
             raise NotFusable(f"fd.ops.{node.op.name} on Bool has no Triton lowering")
         tpl = float_template if (float_template and compute.is_floating_point) else template
+        if callable(tpl):
+            tpl = tpl(compute)
         if tpl is None:
             raise NotFusable(f"fd.ops.{node.op.name} on {compute} has no Triton lowering")
         r = kb.op(tpl, vals, torch.bool if result == "bool" else compute)
