@@ -48,8 +48,12 @@ class CompiledFusion:
 
     def execute(self, inputs: Sequence[Any], *, device=None, enable_options=(), disable_options=(),
                 _enable_options=(), _disable_options=()) -> list:
-        outputs = self._fec.execute(inputs, device=device, enable_options=_merge(enable_options, _enable_options),
-                                    disable_options=_merge(disable_options, _disable_options))
+        if device is None and not (enable_options or _enable_options or disable_options or _disable_options):
+            outputs = self._fec.execute(inputs)  # the common call: no keywords to pass on
+        else:
+            outputs = self._fec.execute(inputs, device=device,
+                                        enable_options=_merge(enable_options, _enable_options),
+                                        disable_options=_merge(disable_options, _disable_options))
         if profiler._active:
             profiler.notify(self.fusion_id, self._fec.last_runtime)
         return outputs

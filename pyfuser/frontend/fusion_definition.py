@@ -334,13 +334,18 @@ class FusionDefinition:
         ``save_repro_inputs=True`` keeps fake copies of the inputs for :meth:`last_repro_script`. ``device``:
         None, an int (CUDA index), a string or a torch.device."""
         del profile  # accepted for compatibility: use PythonProfiler to profile
-        fusion = self.__dict__.get("_fusion")
+        state = self.__dict__
+        fusion = state.get("_fusion")
         if fusion is not None and fusion.has_device_mesh and SHARDED_EXECUTE is not None:
             # local shards in and out (docs/multidevice.md)
             return SHARDED_EXECUTE(self, inputs, _enable_options, _disable_options)
-        fec = self._get_executor()
+        fec = state.get("fec")
+        if fec is None:
+            fec = self._get_executor()
         if save_repro_inputs:
             self.fake_inputs = fake_copies(inputs)
+        if device is None and not _enable_options and not _disable_options:
+            return fec.execute(inputs)  # the common call: no keywords to pass on
         return fec.execute(inputs, device=_device_arg(device), enable_options=_enable_options,
                            disable_options=_disable_options)
 

@@ -23,7 +23,7 @@ from ..ir.nodes import TensorView
 from ..segment.segmenter import SegmentedFusion, segment_fusion
 from .device_errors import DeviceErrorSink
 from .fusion_runtime import FusionRuntime
-from .options import Options, parse_options
+from .options import Options, default_options, parse_options
 from .validation import InputBinder, flatten_inputs
 
 log = logging.getLogger("pyfuser")
@@ -38,17 +38,48 @@ def alignment_class(ptr: int) -> int:
     return min(ptr & -ptr, MAX_VECTOR_BYTES)
 
 
+# alignment_class by the address's low four bits: an index instead of a function call on every tensor of every call.
+_ALIGNMENT_BY_LOW_BITS = tuple(alignment_class(low) for low in range(MAX_VECTOR_BYTES))
+
+
+def _tensor_key(x: torch.Tensor) -> tuple:
+    # The negative and conjugate bits change what the memory means (the plan resolves such inputs).
+    return (x.shape, x.stride(), x.dtype, x.device, _ALIGNMENT_BY_LOW_BITS[x.data_ptr() & 15], x.is_neg(),
+            x.is_conj())
+
+
 def input_signature(flat: Sequence[Any]) -> tuple:
+    sig = _flat_signature(flat)
+    if sig is None:  # (a list or tuple among flattened inputs: encoded by type, as any other object)
+        sig = tuple(_tensor_key(x) if isinstance(x, torch.Tensor) else _scalar_key(x) for x in flat)
+    return sig
+
+
+def _scalar_key(x) -> Any:
+    if isinstance(x, numbers.Integral):  # bools and ints (numpy's too) can set extents: key on the value
+        return type(x), int(x)
+    return type(x)
+
+
+def _flat_signature(inputs: Sequence[Any]) -> Optional[tuple]:
+    """The signature of inputs that need no flattening, in one pass; None when one is a list or tuple (a
+    define_vector's values: flatten_inputs first). Runs on every call: the common types are tested first and
+    the encoding is inlined (input_signature's for every input)."""
     sig = []
-    for x in flat:
-        if isinstance(x, torch.Tensor):
-            # The negative and conjugate bits change what the memory means (the plan resolves such inputs).
-            sig.append((x.shape, x.stride(), x.dtype, x.device, alignment_class(x.data_ptr()), x.is_neg(),
-                        x.is_conj()))
-        elif isinstance(x, numbers.Integral):  # bools and ints (numpy's too) can set extents: key on the value
-            sig.append((type(x), int(x)))
+    append = sig.append
+    for x in inputs:
+        tx = type(x)
+        if tx is torch.Tensor or isinstance(x, torch.Tensor):
+            append((x.shape, x.stride(), x.dtype, x.device, _ALIGNMENT_BY_LOW_BITS[x.data_ptr() & 15], x.is_neg(),
+                    x.is_conj()))
+        elif tx is int:
+            append((int, x))
+        elif tx is float:
+            append(float)
+        elif tx is list or tx is tuple:
+            return None
         else:
-            sig.append(type(x))
+            append(_scalar_key(x))
     return tuple(sig)
 
 
@@ -107,24 +138,37 @@ class FusionExecutorCache:
         self.errors = DeviceErrorSink()
 
     def execute(self, inputs: Sequence[Any], *, device=None, enable_options=(), disable_options=()) -> list:
-        options, flat, key = self._key(inputs, device, enable_options, disable_options)
+        # The common call (a list of inputs, no explicit options) takes the fewest steps: options from the cached
+        # environment, the signature in one pass over the inputs as given.
+        if type(inputs) is list and not enable_options and not disable_options:
+            options = default_options()
+            flat, sig = inputs, _flat_signature(inputs)
+            if sig is None:
+                flat = flatten_inputs(inputs, self.fusion.inputs)
+                sig = input_signature(flat)
+            key = (options.bits, device, sig)
+        else:
+            options, flat, key = self._key(inputs, device, enable_options, disable_options)
         runtime = self._runtimes.get(key)
         if runtime is None:
             runtime = self._build(key, flat, device, options)
         else:
             self.stats["hits"] += 1
-            try:
-                self._runtimes.move_to_end(key)  # least recently *used* goes first
-            except KeyError:  # evicted by another thread meanwhile; the runtime in hand is still valid
-                pass
+            # The last runtime is the most recently used already (across threads the order is approximate,
+            # which only decides which signature is evicted first).
+            if runtime is not self.last_runtime:
+                try:
+                    self._runtimes.move_to_end(key)  # least recently *used* goes first
+                except KeyError:  # evicted by another thread meanwhile; the runtime in hand is still valid
+                    pass
         self.last_runtime = runtime
         return runtime.run(flat)
 
     def _key(self, inputs, device, enable_options, disable_options) -> tuple:
-        """(options, flat inputs, cache key) of a call."""
+        """(options, flat inputs, cache key) of a call. (execute inlines this for its common call.)"""
         options = parse_options(enable_options, disable_options)
         flat = flatten_inputs(inputs, self.fusion.inputs)
-        return options, flat, (options, device, input_signature(flat))
+        return options, flat, (options.bits, device, input_signature(flat))
 
     def has_runtime(self, inputs: Sequence[Any], *, device=None, enable_options=(), disable_options=()) -> bool:
         """Whether a call with these inputs and options would be a cache hit."""

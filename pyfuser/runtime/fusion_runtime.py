@@ -63,8 +63,14 @@ class FusionRuntime:
         if options.cuda_graph:
             self.graphed = GraphedPlan(self.plan, reuse_outputs=options.cuda_graph_reuse_outputs)
         # A plan of generated kernels alone reads no run context (only evaluators do) and records no autograd
-        # (no ATen step, no alias write): its calls skip both.
+        # (no ATen step, no alias write): its calls skip both, and this runtime's ``run`` is the plan's compiled
+        # function itself (an instance attribute over the method: one Python call less per call).
         self._bare = self.graphed is None and self.plan.kernels_only()
+        if self._bare:
+            self.run = self.plan.run
+        # Without a device-error sink a run context is never written (only error slots are numbered per call):
+        # one serves every call.
+        self._context = run_context.RunContext(self.device, self._offset_mode) if self.errors is None else None
         dump(self)
 
     def describe(self) -> list:
@@ -93,31 +99,26 @@ class FusionRuntime:
         return {o.name: self.layouts[id(o)] for s in self.segments for o in s.outputs if id(o) in self.layouts}
 
     def run(self, flat_inputs: Sequence[Any]) -> list:
-        if self._bare:
-            return self._run_plan(flat_inputs)
         errors = self.errors
-        # Under a caller's own CUDA-graph capture, host-side bookkeeping must not touch the stream.
-        if errors is not None and errors.has_flags() and not (self._cuda and torch.cuda.is_current_stream_capturing()):
-            errors.poll()
-        token = run_context.enter(run_context.RunContext(self.device, self._offset_mode, errors))
+        if errors is None:
+            context = self._context
+        else:
+            # Under a caller's own CUDA-graph capture, host-side bookkeeping must not touch the stream.
+            if errors.has_flags() and not (self._cuda and torch.cuda.is_current_stream_capturing()):
+                errors.poll()
+            context = run_context.RunContext(self.device, self._offset_mode, errors)
+        token = run_context.enter(context)
         grad = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)  # torch.no_grad() as a context manager costs microseconds per call
         try:
             if self.graphed is not None:
-                outs = self.graphed.run(flat_inputs, self._run_plan)
+                outs = self.graphed.run(flat_inputs, self.plan.run)
             else:
-                outs = self._run_plan(flat_inputs)
+                outs = self.plan.run(flat_inputs)
         finally:
             torch._C._set_grad_enabled(grad)
             run_context.leave(token)
         return outs
-
-    def _run_plan(self, flat_inputs: Sequence[Any]) -> list:
-        plan = self.plan
-        v = plan.bind(flat_inputs)
-        for step in plan.steps:
-            step.run(v)
-        return plan.finish(v, flat_inputs)
 
     def __repr__(self) -> str:
         return repr(self.segmented)

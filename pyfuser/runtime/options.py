@@ -56,14 +56,13 @@ class Options:
     cuda_graph: bool = False
     cuda_graph_reuse_outputs: bool = False
     sync_offset_checks: bool = False
-    # Options are part of every call's cache key: their hash is computed once.
-    _hash: int = field(init=False, repr=False, compare=False, default=0)
+    # The options as one int, one bit per field: what every call's cache key holds (an int hashes and compares in
+    # C; a dataclass's __hash__ is a Python call, made twice per call).
+    bits: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self):
-        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare)))
-
-    def __hash__(self) -> int:
-        return self._hash
+        values = [getattr(self, f.name) for f in fields(self) if f.compare]
+        object.__setattr__(self, "bits", sum(1 << i for i, value in enumerate(values) if value))
 
 
 _ENV_VARS = ("PYFUSER_ENABLE", "NVFUSER_ENABLE", "PYFUSER_DISABLE", "NVFUSER_DISABLE")
@@ -120,15 +119,22 @@ def offset_check_mode(options: Options) -> str:
 _last_default: list = [None, None]  # [environment snapshot, Options] of the last call without explicit options
 
 
+def default_options() -> Options:
+    """The options of a call without explicit ones: PYFUSER_/NVFUSER_ENABLE and _DISABLE from the environment,
+    parsed again only when those variables changed since the last such call."""
+    env = _env_snapshot()
+    last_env, options = _last_default
+    if last_env == env:
+        return options
+    options = _parse((), (), env)
+    _last_default[:] = env, options
+    return options
+
+
 def parse_options(enable: Sequence[str] = (), disable: Sequence[str] = ()) -> Options:
     """Options for one call: the arguments plus PYFUSER_/NVFUSER_ENABLE and _DISABLE from the environment."""
-    env = _env_snapshot()
-    if not enable and not disable:  # the common call: no explicit options, environment unchanged
-        if _last_default[0] == env:
-            return _last_default[1]
-        options = _parse((), (), env)
-        _last_default[:] = env, options
-        return options
+    if not enable and not disable:  # the common call: no explicit options
+        return default_options()
     if isinstance(enable, str) or isinstance(disable, str):
         raise OptionError("_enable_options/_disable_options take a list of option names, not a string")
-    return _parse(tuple(enable), tuple(disable), env)
+    return _parse(tuple(enable), tuple(disable), _env_snapshot())

@@ -9,7 +9,7 @@ inputs, pick the outputs. No IR walking, no option parsing, no dictionaries keye
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -117,6 +117,7 @@ class ExecutionPlan:
         # returned as that input tensor, which holds its value after the write (nvFuser returns the same buffer).
         written = {id(val): slots.get(inp) for val, inp in fusion.aliases}
         self.outputs_in_inputs = [(i, written[id(o)]) for i, o in enumerate(fusion.outputs) if id(o) in written]
+        self.run = self._compile_run([slots.get(o) for o in fusion.outputs])
 
     # --- building ---------------------------------------------------------------------------------------------
     def _segment_steps(self, seg: Segment, slots: SlotMap, runtime, input_metas, use_kernels: bool,
@@ -223,6 +224,27 @@ class ExecutionPlan:
                           out_metas, bind_scalars, runtime.device, guards, fallback, seg.index, self.resolve_bits)
         return steps + [step]
 
+    def _compile_run(self, output_slots: list) -> Callable[[Sequence[Any]], list]:
+        """``run(flat) -> outputs``: :meth:`bind`, every step, :meth:`finish`, compiled to one straight-line
+        function with the steps' entry points as constants (a generated kernel's ``direct`` form where it has one).
+        It references the steps, not the plan, so a plan stays free of reference cycles (kernels are released when
+        their last owner is collected)."""
+        consts: dict = {}
+        pad = "".join(", None" for _ in range(self.n_slots - self.n_inputs))
+        lines = [f"v = [*flat{pad}]"]
+        for i, step in enumerate(self.steps):
+            consts[f"step{i}"] = getattr(step, "direct", None) or step.run
+            lines.append(f"step{i}(v)")
+        if self.aliases or self.outputs_in_inputs or any(s is None for s in output_slots):
+            consts.update(finish=_finish, aliases=self.aliases, outputs=self._outputs,
+                          outputs_in_inputs=self.outputs_in_inputs)
+            lines.append("return finish(aliases, outputs, outputs_in_inputs, v, flat)")
+        else:  # (a constant output, bound by no slot, is built by the outputs binder: the general path above)
+            lines.append("return [" + ", ".join(f"v[{s}]" for s in output_slots) + "]")
+        source = "def run(flat):\n" + "".join(f"    {line}\n" for line in lines)
+        exec(source, consts)  # noqa: S102 (source built above from slot numbers and constant names)
+        return consts["run"]
+
     # --- running ----------------------------------------------------------------------------------------------
     def bind(self, flat: Sequence[Any]) -> list:
         v = list(flat)
@@ -237,19 +259,24 @@ class ExecutionPlan:
 
     def finish(self, v: list, flat: Sequence[Any]) -> list:
         """Write alias outputs into their inputs (the caller's tensors, not resolved copies), pick the outputs."""
-        for val_slot, in_slot, val, inp in self.aliases:
-            target = flat[in_slot]
-            try:
-                target.copy_(v[val_slot])
-            except RuntimeError as e:  # e.g. an expanded (stride-0) input cannot be written element by element
-                raise FusionExecutionError(
-                    f"add_output({val.name}, alias_input={inp.name}): cannot write into input {inp.name} (sizes "
-                    f"{list(target.shape)}, strides {list(target.stride())}): {e}") from e
-        outs = self._outputs(v)
-        for i, in_slot in self.outputs_in_inputs:
-            outs[i] = flat[in_slot]
-        return outs
+        return _finish(self.aliases, self._outputs, self.outputs_in_inputs, v, flat)
 
     def reports(self) -> list[list[StepReport]]:
         return [[r for r in (s.describe() for s in steps) if r is not None] for steps in self.segment_steps]
 
+
+def _finish(aliases: list, outputs: Callable[[list], list], outputs_in_inputs: list, v: list,
+            flat: Sequence[Any]) -> list:
+    """ExecutionPlan.finish, of the plan's parts (the compiled ``run`` holds these, not the plan)."""
+    for val_slot, in_slot, val, inp in aliases:
+        target = flat[in_slot]
+        try:
+            target.copy_(v[val_slot])
+        except RuntimeError as e:  # e.g. an expanded (stride-0) input cannot be written element by element
+            raise FusionExecutionError(
+                f"add_output({val.name}, alias_input={inp.name}): cannot write into input {inp.name} (sizes "
+                f"{list(target.shape)}, strides {list(target.stride())}): {e}") from e
+    outs = outputs(v)
+    for i, in_slot in outputs_in_inputs:
+        outs[i] = flat[in_slot]
+    return outs

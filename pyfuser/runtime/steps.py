@@ -97,7 +97,7 @@ class CallStep:
     call calls ``run`` directly. A plan serves one input signature, so that first call is the one that built it:
     bad metadata still raises on every new signature, and a failed preparation is tried again by the next call."""
 
-    __slots__ = ("node", "call", "out_slots", "element_slots", "kind", "reason", "segment", "prepare")
+    __slots__ = ("node", "call", "out_slots", "element_slots", "kind", "reason", "segment", "prepare", "only_slot")
 
     def __init__(self, node, fn: Callable, slot_of, out_slots: list, element_slots: list, kind: str, reason: str,
                  segment: int, prepare: Optional[Callable] = None):
@@ -107,6 +107,8 @@ class CallStep:
         self.call = compile_binder(tuple(node.args), slot_of, call=(first, node, dict(node.kwargs)))
         self.out_slots = out_slots  # one per output (None: the value is not needed later)
         self.element_slots = element_slots  # per output: slots of a Vector output's elements, or None
+        # The slot of an op's one output when that is all there is to store (most ops): stored without a loop.
+        self.only_slot = out_slots[0] if len(out_slots) == 1 and element_slots[0] is None else None
         self.kind, self.reason, self.segment = kind, reason, segment
 
     def run(self, v: list) -> None:
@@ -117,6 +119,9 @@ class CallStep:
         except (RuntimeError, ValueError, TypeError, IndexError, ZeroDivisionError) as e:
             outs = ", ".join(o.name for o in self.node.outputs)
             raise FusionExecutionError(f"fd.ops.{self.node.op.name} ({outs}) failed: {e}") from e
+        if self.only_slot is not None:
+            v[self.only_slot] = result
+            return
         slots = self.out_slots
         if len(slots) == 1:
             result = (result,)
@@ -213,10 +218,15 @@ class KernelStep:
     """A generated Triton kernel: allocate the outputs with their inferred (eager) strides, launch.
 
     ``guards``: (slot, strides) of inputs whose layout the kernel assumes but the plan could not prove (layout
-    inference off); a call that breaks one runs ``fallback`` (the segment's ATen steps) instead."""
+    inference off); a call that breaks one runs ``fallback`` (the segment's ATen steps) instead.
+
+    ``direct``: for a step with nothing to decide per call (no guard, no operand to resolve, no run-time check),
+    :meth:`run` compiled to straight-line Python with its slots, output metadata and launch as constants; the
+    plan calls it instead of ``run`` (the same work, without the branches, loops and lists of the general path).
+    Such a step always launches, so its ``last_path`` is "kernel" from the start."""
 
     __slots__ = ("plan", "launch", "launcher", "in_slots", "out_slots", "out_metas", "bind_scalars", "device",
-                 "guards", "fallback", "segment", "empty", "last_path", "resolve_bits")
+                 "guards", "fallback", "segment", "empty", "last_path", "resolve_bits", "direct")
 
     def __init__(self, plan, launch, in_slots, out_slots, out_metas, bind_scalars, device, guards, fallback,
                  segment: int, resolve_bits: bool = False):
@@ -230,6 +240,30 @@ class KernelStep:
         self.empty = plan.n_rows * plan.n_cols == 0
         self.last_path = None
         self.resolve_bits = resolve_bits  # the signature has negative/conjugate-bit inputs (plan.py)
+        self.direct = None
+        if not guards and not resolve_bits and not plan.checks:
+            self.direct = self._straight_line()
+            self.last_path = "kernel"
+
+    def _straight_line(self) -> Callable[[list], None]:
+        """``run`` for this step alone (see the class): allocate, launch, store, with nothing looked up."""
+        consts = {"empty_strided": torch.empty_strided, "launch": self.launch, "device": self.device,
+                  "scalars": self.bind_scalars}
+        lines = []
+        outs = []
+        for i, (sizes, strides, dtype) in enumerate(self.out_metas):
+            consts[f"size{i}"], consts[f"stride{i}"], consts[f"dtype{i}"] = sizes, strides, dtype
+            lines.append(f"o{i} = empty_strided(size{i}, stride{i}, dtype=dtype{i}, device=device)")
+            outs.append(f"o{i}")
+        if not self.empty:
+            tensors = [f"v[{s}]" for s in self.in_slots] + outs
+            # A kernel without by-value scalars binds the empty tuple: pass it instead of calling the binder.
+            scalars = "scalars(v)" if self.plan.scalar_vals else "()"
+            lines.append(f"launch([{', '.join(tensors)}], {scalars})")
+        lines += [f"v[{slot}] = o{i}" for i, slot in enumerate(self.out_slots)]
+        source = "def run(v):\n" + "".join(f"    {line}\n" for line in lines or ["pass"])
+        exec(source, consts)  # noqa: S102 (source built above from slot numbers and constant names)
+        return consts["run"]
 
     def run(self, v: list) -> None:
         if self.guards and not guards_hold(self.guards, v):

@@ -1,0 +1,254 @@
+"""The cached call's fast path (docs/runtime.md, "Host time"): what it skips must never change what it computes.
+
+A call without explicit options takes the options of a cached environment, encodes its signature in one pass
+over the inputs as given, and runs the plan's compiled function (a generated kernel without per-call decisions as
+straight-line code). Each shortcut is tested against the change it must notice: a changed stride, dtype, shape,
+alignment, negative bit, device, option or environment variable takes another runtime (or pyfuser's error), never
+the cached one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pyfuser import DataType, FusionDefinition
+from pyfuser.errors import InputTypeError, InputValidationError, OptionError
+from pyfuser.runtime import executor_cache, options as options_mod
+from pyfuser.runtime.executor_cache import FusionExecutorCache, input_signature
+from pyfuser.runtime.options import Options
+from pyfuser.runtime.steps import KernelStep
+
+from harness import DEVICE, make
+
+
+def _relu_add(fd):
+    a = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.Float)
+    b = fd.define_tensor([-1, -1], contiguity=[False, False], dtype=DataType.Float)  # any strides
+    fd.add_output(fd.ops.relu(fd.ops.add(a, b)))
+
+
+def _build(fn):
+    with FusionDefinition() as fd:
+        fn(fd)
+    return fd
+
+
+def _runtimes(fd) -> int:
+    return fd._executor.num_runtimes()
+
+
+def test_the_one_pass_signature_equals_the_general_one():
+    x = make([4, 6])
+    inputs = [x, x.t(), x[:, 1:], torch._neg_view(x), make([3], dtype=torch.complex64).conj(), 3, True, False,
+              np.int64(7), 2.5, 1 + 2j, None, "text", make([2], dtype=torch.float16)]
+    fast = executor_cache._flat_signature(inputs)
+    assert fast == input_signature(inputs)
+    # an int and a bool of equal value, an int and a numpy int: distinct
+    assert executor_cache._flat_signature([1]) != executor_cache._flat_signature([True])
+    assert executor_cache._flat_signature([1]) != executor_cache._flat_signature([np.int64(1)])
+    assert executor_cache._flat_signature([1]) != executor_cache._flat_signature([2])
+    # a nested list (a define_vector's values) is left to flatten_inputs
+    assert executor_cache._flat_signature([x, [2, 3]]) is None
+
+
+def test_every_tensor_property_of_the_signature_is_encoded():
+    base = make([8, 16])
+    variants = {
+        "stride": make([16, 8]).t(),
+        "dtype": make([8, 16], dtype=torch.float64),
+        "shape": make([8, 15]),
+        "alignment": make([8 * 16 + 1])[1:].view(8, 16),
+        "negative bit": torch._neg_view(make([8, 16])),
+        "device": make([8, 16], device="meta"),
+    }
+    key = input_signature([base])
+    for what, x in variants.items():
+        assert input_signature([x]) != key, what
+        assert executor_cache._flat_signature([x]) != key, what
+
+
+@pytest.mark.parametrize("change", ["stride", "shape", "alignment", "negative bit"])
+def test_a_changed_input_takes_another_runtime(change):
+    fd = _build(_relu_add)
+    a, b = make([8, 16]), make([8, 16])
+    torch.testing.assert_close(fd.execute([a, b])[0], torch.relu(a + b))
+    fd.execute([a, b])
+    assert _runtimes(fd) == 1
+    if change == "stride":
+        b2 = make([8, 32])[:, ::2]
+    elif change == "shape":
+        a, b2 = make([8, 15]), make([8, 15])
+    elif change == "alignment":
+        b2 = make([8 * 16 + 1])[1:].view(8, 16)
+    else:
+        b2 = torch._neg_view(make([8, 16]))
+    out = fd.execute([a, b2])[0]
+    assert _runtimes(fd) == 2
+    torch.testing.assert_close(out, torch.relu(a + b2))
+    torch.testing.assert_close(fd.execute([a, b2])[0], torch.relu(a + b2))  # and that runtime is cached
+    assert _runtimes(fd) == 2
+
+
+def test_wrong_inputs_after_cached_calls_get_our_errors():
+    fd = _build(_relu_add)
+    a, b = make([4, 5]), make([4, 5])
+    for _ in range(3):
+        fd.execute([a, b])
+    with pytest.raises(InputTypeError, match=r"input 0 \(T0\) must have dtype torch.float32"):
+        fd.execute([a.double(), b])
+    with pytest.raises(InputValidationError, match="contradict the declared contiguity"):
+        fd.execute([make([5, 4]).t(), b])
+    with pytest.raises(InputValidationError, match="must have rank 2"):
+        fd.execute([make([20]), b])
+    with pytest.raises(InputTypeError):
+        fd.execute([a, 1.0])
+    with pytest.raises(InputValidationError, match="expected 2 inputs"):
+        fd.execute([a])
+    assert _runtimes(fd) == 1
+    torch.testing.assert_close(fd.execute([a, b])[0], torch.relu(a + b))
+
+
+def test_tuple_and_nested_inputs_take_the_general_path():
+    fd = _build(_relu_add)
+    a, b = make([3, 4]), make([3, 4])
+    torch.testing.assert_close(fd.execute((a, b))[0], torch.relu(a + b))
+    torch.testing.assert_close(fd.execute([a, b])[0], torch.relu(a + b))
+    assert _runtimes(fd) == 1  # a tuple and a list of the same inputs: one signature
+    with FusionDefinition() as fd2:  # define_vector(2): its values come as one nested list
+        t = fd2.define_tensor([-1], contiguity=[True])
+        fd2.add_output(fd2.ops.reshape(t, fd2.define_vector(2)))
+    x = make([6])
+    assert fd2.execute([x, [2, 3]])[0].shape == (2, 3)
+    assert fd2.execute([x, [3, 2]])[0].shape == (3, 2)  # the values are part of the signature
+    assert fd2.execute([x, [2, 3]])[0].shape == (2, 3)
+    assert _runtimes(fd2) == 2
+
+
+def test_options_are_keyed_by_every_field():
+    names = [f for f in Options.__dataclass_fields__ if f != "bits"]
+    seen = {Options().bits}
+    for name in names:
+        default = getattr(Options(), name)
+        seen.add(Options(**{name: not default}).bits)
+    assert len(seen) == len(names) + 1
+
+
+def test_an_explicit_option_and_a_changed_environment_take_other_runtimes(monkeypatch):
+    fd = _build(_relu_add)
+    a, b = make([4, 4]), make([4, 4])
+    fd.execute([a, b])
+    assert fd.last_execution()[0].runs_as == "triton" or DEVICE.type == "cpu"
+    fd.execute([a, b], _disable_options=["kernel_codegen"])
+    assert _runtimes(fd) == 2
+    assert fd.last_execution()[0].runs_as == "aten"
+    fd.execute([a, b])  # back to the defaults: the first runtime
+    assert _runtimes(fd) == 2
+    monkeypatch.setenv("PYFUSER_DISABLE", "kernel_codegen")
+    torch.testing.assert_close(fd.execute([a, b])[0], torch.relu(a + b))
+    assert fd.last_execution()[0].runs_as == "aten"  # the environment is read on every call
+    assert _runtimes(fd) == 2  # the same options as the explicit call: its runtime
+    monkeypatch.setenv("PYFUSER_DISABLE", "infer_contiguity")
+    fd.execute([a, b])
+    assert _runtimes(fd) == 3
+    monkeypatch.setenv("PYFUSER_DISABLE", "no_such_option")
+    with pytest.raises(OptionError, match="no_such_option"):
+        fd.execute([a, b])
+    with pytest.raises(OptionError, match="no_such_option"):  # an unknown name is refused on every call
+        fd.execute([a, b])
+    monkeypatch.delenv("PYFUSER_DISABLE")
+    fd.execute([a, b])
+    assert _runtimes(fd) == 3
+    assert options_mod.default_options() == Options()
+
+
+def test_least_recently_used_signature_is_evicted(monkeypatch):
+    monkeypatch.setattr(FusionExecutorCache, "MAX_SIGNATURES", 2)
+    fd = _build(_relu_add)
+    shapes = {n: (make([2, n]), make([2, n])) for n in (3, 4, 5)}
+    fd.execute(list(shapes[3]))
+    fd.execute(list(shapes[4]))
+    fd.execute(list(shapes[3]))  # 3 is now the most recently used
+    fd.execute(list(shapes[3]))  # (a repeated hit of the last runtime)
+    fd.execute(list(shapes[5]))  # evicts 4
+    cache = fd._executor
+    assert cache.has_runtime(list(shapes[3])) and cache.has_runtime(list(shapes[5]))
+    assert not cache.has_runtime(list(shapes[4]))
+    fd.execute(list(shapes[5]))
+    fd.execute(list(shapes[4]))  # evicts 3, the least recently used
+    assert not cache.has_runtime(list(shapes[3]))
+    assert cache.stats["misses"] == 4
+
+
+def _kernel_steps(fd):
+    return [s for s in fd._executor.last_runtime.plan.steps if isinstance(s, KernelStep)]
+
+
+def test_straight_line_kernel_steps_equal_the_general_path():
+    def fusion(fd):
+        a = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        s = fd.define_scalar(None, dtype=DataType.Double)
+        fd.add_output(fd.ops.mul(a, s))  # a by-value scalar
+        fd.add_output(fd.ops.sum(a, dims=[1]))  # a second output of another shape (or kernel)
+
+    fd = _build(fusion)
+    a = make([6, 7])
+    for s in (2.0, -3.5):
+        out = fd.execute([a, s])
+        torch.testing.assert_close(out[0], a * s)
+        torch.testing.assert_close(out[1], a.sum(1))
+    steps = _kernel_steps(fd)
+    if not steps:
+        pytest.skip("no generated kernels on this device")
+    rt = fd._executor.last_runtime
+    for step in steps:
+        assert step.direct is not None and step.last_path == "kernel"
+    general = rt.plan.bind([a, 5.0])
+    for step in rt.plan.steps:
+        step.run(general)
+    straight = rt.plan.bind([a, 5.0])
+    for step in rt.plan.steps:
+        (getattr(step, "direct", None) or step.run)(straight)
+    for x, y in zip(general, straight):
+        if isinstance(x, torch.Tensor):
+            assert x.shape == y.shape and x.stride() == y.stride() and x.dtype == y.dtype
+            torch.testing.assert_close(x, y)
+
+
+def test_a_guarded_kernel_step_keeps_its_guard():
+    def fusion(fd):  # an ATen segment feeding a kernel: its layout is guarded with layout inference off
+        a = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        m = fd.ops.matmul(a, a)
+        fd.add_output(fd.ops.relu(fd.ops.permute(m, [1, 0])))
+
+    fd = _build(fusion)
+    a = make([4, 4])
+    out = fd.execute([a], _disable_options=["infer_contiguity"])[0]
+    torch.testing.assert_close(out, torch.relu((a @ a).t()))
+    steps = _kernel_steps(fd)
+    if not steps:
+        pytest.skip("no generated kernels on this device")
+    assert all(step.guards and step.direct is None for step in steps)
+    assert fd._executor.last_runtime.kernel_step(1).last_path == "kernel"
+
+
+def test_a_bare_runtime_runs_the_compiled_plan_and_an_alias_still_writes():
+    fd = _build(_relu_add)
+    a, b = make([3, 3]), make([3, 3])
+    fd.execute([a, b])
+    rt = fd._executor.last_runtime
+    if rt._bare:
+        assert rt.run is rt.plan.run
+    with FusionDefinition() as fd2:
+        x = fd2.define_tensor([-1], contiguity=[True], dtype=DataType.Float)
+        y = fd2.ops.add(x, 1.0)
+        fd2.add_output(y, alias_input=x)
+        fd2.add_output(fd2.ops.mul(y, 2.0))
+    x = make([5])
+    expected = x + 1.0
+    for _ in range(2):
+        out = fd2.execute([x])
+        torch.testing.assert_close(x, expected)
+        torch.testing.assert_close(out[0], expected * 2.0)
+        expected = expected + 1.0
