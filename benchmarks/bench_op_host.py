@@ -1,7 +1,9 @@
 """Host time of cached calls of the NVFP4 op kernels (grouped GEMM, layout op, grouped quantize, the MoE layer),
-measured on any machine, GPU or not, by stubbing the launches.
+and of bench_host's generated-kernel cases (--cases host), measured on any machine, GPU or not, by stubbing the
+launches.
 
 Run:  python benchmarks/bench_op_host.py [--n 3000] [--moe-hidden 4096] [--json FILE]
+      python benchmarks/bench_op_host.py --cases host [--n 5000]     (1 kernel, 3 segments, 8-op chain)
 
 Method. The Triton interpreter is switched on (TRITON_INTERPRET=1, set here) so that CPU tensors take the op
 kernels' path, and every launch is replaced by a stub that does the host work of the direct launch path a CUDA
@@ -171,14 +173,43 @@ def moe_case(tokens=16, hidden=4096, intermediate=2048, experts=8):
 # --------------------------------------------------------------------------------------------------------------
 
 
+def host_rows(n: int) -> list:
+    """bench_host's cases (relu of 16 floats; pointwise -> matmul -> pointwise; an 8-op chain) on CPU tensors with
+    their generated kernels' launches stubbed, and one eager op for scale."""
+    from bench_host import CASES
+
+    x, w = torch.randn(16), torch.randn(16, 16)
+    rows = []
+    for name, make in CASES.items():
+        fd, _ = make()
+        inputs = [x] if len(fd.fusion.inputs) == 1 else [x, w]
+        fd.execute(inputs)  # builds the runtime for this signature
+        us = per_call_us(lambda: fd.execute(inputs), lambda: None, n)
+        rows.append({"case": name, "segments": [f"{r.kind}:{r.runs_as}" for r in fd.last_execution()],
+                     "us": round(us, 2)})
+        print(f"{name:20s} {us:7.2f} us   {', '.join(rows[-1]['segments'])}")
+    us = per_call_us(lambda: torch.relu(x), lambda: None, n)
+    rows.append({"case": "one eager op (relu)", "us": round(us, 2)})
+    print(f"{'one eager op (relu)':20s} {us:7.2f} us")
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", choices=("op", "host"), default="op",
+                    help="op: the NVFP4 op kernels and the MoE layer; host: bench_host's generated-kernel cases")
     ap.add_argument("--n", type=int, default=3000)
     ap.add_argument("--moe-hidden", type=int, default=4096, help="MoE hidden size (intermediate = hidden / 2)")
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     stub_launches()
+    if args.cases == "host":
+        rows = host_rows(args.n)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"python": sys.version.split()[0], "torch": torch.__version__, "rows": rows}, f, indent=1)
+        return
     rows = []
     moe = functools.partial(moe_case, hidden=args.moe_hidden, intermediate=args.moe_hidden // 2)
     for case in (gemm_case, layout_case, quantize_case, moe):
