@@ -252,3 +252,56 @@ def test_a_bare_runtime_runs_the_compiled_plan_and_an_alias_still_writes():
         torch.testing.assert_close(x, expected)
         torch.testing.assert_close(out[0], expected * 2.0)
         expected = expected + 1.0
+
+
+class _RecordingCompiled:
+    """A compiled kernel's stand-in: records what its launcher was called with."""
+
+    function = "function"
+    packed_metadata = "metadata"
+
+    def __init__(self, calls: list):
+        self.calls = calls
+
+    def run(self, *args):
+        self.calls.append(args)
+
+
+def test_a_bound_launch_keys_its_specializations_by_alignment_and_integer_scalars(monkeypatch):
+    from pyfuser.codegen import launcher as launcher_mod
+
+    compiles, runs = [], []
+
+    def compile_once(self, tensors, scalars, jit_tensors):
+        compiles.append(([t.data_ptr() % 16 == 0 for t in tensors], tuple(scalars)))
+        return _RecordingCompiled(runs)
+
+    monkeypatch.setattr(launcher_mod.BoundLaunch, "_launch", compile_once)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 1000 + index, raising=False)
+    monkeypatch.setattr(launcher_mod, "_launch_hooks_installed", lambda: False)
+    bound = launcher_mod.Launcher(None, 4).bind((3,), (7, 128), torch.device("cuda", 0))
+    base = torch.empty(64, dtype=torch.float32)
+    aligned = [base[:16], base[16:32]]
+    misaligned = [base[:16], base[17:33]]
+    assert all(t.data_ptr() % 16 == 0 for t in aligned) and misaligned[1].data_ptr() % 16 == 4
+
+    def ptrs(ts):
+        return tuple(t.data_ptr() for t in ts)
+
+    bound(aligned)
+    bound(aligned)
+    assert len(compiles) == 1 and runs[-1] == (3, 1, 1, 1000, "function", "metadata", None, None, None,
+                                               *ptrs(aligned), 7, 128)
+    bound(misaligned)  # a pointer off 16 bytes: another specialization
+    bound(misaligned)
+    assert len(compiles) == 2 and compiles[1][0] == [True, False]
+    assert runs[-1][9:] == (*ptrs(misaligned), 7, 128)
+    bound(aligned, (16,))  # integer scalars: 1, multiples of 16 and others specialize apart
+    bound(aligned, (32,))
+    bound(aligned, (1,))
+    bound(aligned, (17,))
+    bound(aligned, (33,))
+    assert len(compiles) == 5
+    assert runs[-1][9:] == (*ptrs(aligned), 33, 7, 128)
+    bound(aligned)
+    assert len(compiles) == 5 and len(runs) == 5  # (a first launch of a specialization goes through the JIT)

@@ -26,6 +26,8 @@ import os
 import threading
 import time
 import warnings
+from functools import reduce
+from operator import or_
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -187,7 +189,7 @@ class BoundLaunch:
     ``tuple_scalars``: some scalar is a tuple (a load prologue's arguments), passed with its tensors as
     addresses."""
 
-    __slots__ = ("launcher", "grid", "fixed", "n_ints", "device", "cuda", "tuple_scalars", "_compiled")
+    __slots__ = ("launcher", "grid", "fixed", "n_ints", "device", "index", "cuda", "tuple_scalars", "_compiled")
 
     def __init__(self, launcher: Launcher, grid: Sequence[int], fixed: Sequence, device: torch.device,
                  n_ints: int = 0, tuple_scalars: bool = False):
@@ -196,6 +198,7 @@ class BoundLaunch:
         self.fixed = tuple(fixed)
         self.n_ints = n_ints
         self.device = device
+        self.index = device.index
         self.cuda = device.type == "cuda"
         self.tuple_scalars = tuple_scalars
         self._compiled: dict = {}
@@ -204,17 +207,18 @@ class BoundLaunch:
                  jit_tensors: Optional[Callable[[], Sequence[torch.Tensor]]] = None) -> None:
         if self.cuda and _direct_enabled and not self.launcher._jit_only and not _launch_hooks_installed():
             ptrs = [t.data_ptr() for t in tensors]
-            key = (tuple([p & 15 == 0 for p in ptrs]), tuple(map(_scalar_spec, scalars)) if scalars else ())
+            # Usually every pointer is 16-byte aligned: one OR tells, and the key is then a constant.
+            key = True if not reduce(or_, ptrs, 0) & 15 else tuple([p & 15 == 0 for p in ptrs])
+            if scalars:
+                key = (key, tuple(map(_scalar_spec, scalars)))
             compiled = self._compiled.get(key)
             if compiled is not None:
-                g0, g1, g2 = self.grid
                 if not self.tuple_scalars:
-                    compiled.run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(self.device.index),
-                                 compiled.function, compiled.packed_metadata, None, None, None, *ptrs, *scalars,
-                                 *self.fixed)
+                    compiled.run(*self.grid, torch._C._cuda_getCurrentRawStream(self.index), compiled.function,
+                                 compiled.packed_metadata, None, None, None, *ptrs, *scalars, *self.fixed)
                     return
                 try:  # tuple arguments: a Triton whose compiled launcher does not take them sends this kernel to
-                    compiled.run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(self.device.index),  # the JIT
+                    compiled.run(*self.grid, torch._C._cuda_getCurrentRawStream(self.index),  # the JIT
                                  compiled.function, compiled.packed_metadata, None, None, None, *ptrs,
                                  *map(_raw, scalars), *self.fixed)
                     return
