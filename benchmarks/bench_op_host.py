@@ -6,11 +6,13 @@ Run:  python benchmarks/bench_op_host.py [--n 3000] [--moe-hidden 4096] [--json 
       python benchmarks/bench_op_host.py --cases host [--n 5000]     (1 kernel, 3 segments, 8-op chain)
 
 Method. The Triton interpreter is switched on (TRITON_INTERPRET=1, set here) so that CPU tensors take the op
-kernels' path, and every launch is replaced by a stub that does the host work of the direct launch path a CUDA
-call takes once its specialization is cached (the pointer list, the specialization key, the lookup) and then calls
-a no-op instead of Triton's compiled launcher. So a time is everything pyfuser does on the host for a cached
-``fd.execute`` call except Triton's compiled launcher and the driver (a few us per launch on the H200's host, the
-same before and after a change that keeps the number of launches). Values are never computed: outputs are
+kernels' and generated kernels' path. A bound launch (``launcher.BoundLaunch``: every generated kernel and every
+prepared op kernel) runs pyfuser's own CUDA direct launch code, with a no-op standing for Triton's compiled
+launcher (and the current stream's handle on a CPU build of torch); any other launch is replaced by a stub that
+does the host work of the direct launch path once its specialization is cached (the pointer list, the
+specialization key, the lookup) and then calls a no-op. So a time is everything pyfuser does on the host for a
+cached ``fd.execute`` call except Triton's compiled launcher and the driver (a few us per launch on the H200's
+host, the same before and after a change that keeps the number of launches). Values are never computed: outputs are
 uninitialized memory, which no host path reads (offset values are only read by the host-check rows).
 
 Offset checks, three ways:
@@ -70,9 +72,34 @@ def _stub_bound(compiled: dict, tensors, scalars=()):
     _noop(*ptrs, *scalars)
 
 
+class _NoopCompiled:
+    """Stands for a compiled Triton kernel: its launcher does nothing."""
+
+    function = 0
+    packed_metadata = ()
+
+    @staticmethod
+    def run(*args):
+        return None
+
+
 def stub_launches() -> None:
     launcher.Launcher.launch = _stub_launch
-    if hasattr(launcher, "BoundLaunch"):
+    if hasattr(launcher, "BoundLaunch") and hasattr(launcher.BoundLaunch, "_launch"):
+        # Bound launches run pyfuser's own CUDA direct path (hooks test, pointers, specialization key, lookup, the
+        # current stream, the compiled launcher's call); only the compiled launcher is a no-op, and a launch of a
+        # new specialization registers one instead of compiling.
+        init = launcher.BoundLaunch.__init__
+
+        def cuda_init(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            self.cuda = True
+
+        launcher.BoundLaunch.__init__ = cuda_init
+        launcher.BoundLaunch._launch = lambda self, tensors, scalars, jit_tensors: _NoopCompiled()
+        if not hasattr(torch._C, "_cuda_getCurrentRawStream"):  # (a CPU build of torch)
+            torch._C._cuda_getCurrentRawStream = lambda index: 0
+    elif hasattr(launcher, "BoundLaunch"):
         launcher.BoundLaunch.__call__ = lambda self, tensors, scalars=(), jit_tensors=None: _stub_bound(
             self._compiled, tensors, scalars)
     if hasattr(launcher.Launcher, "launch_bound"):  # (the launcher before BoundLaunch: bind, then launch_bound)
