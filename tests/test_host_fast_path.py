@@ -16,7 +16,8 @@ import torch
 from pyfuser import DataType, FusionDefinition
 from pyfuser.errors import InputTypeError, InputValidationError, OptionError
 from pyfuser.runtime import executor_cache, options as options_mod
-from pyfuser.runtime.executor_cache import FusionExecutorCache, input_signature
+from pyfuser.runtime.executor_cache import FusionExecutorCache
+from pyfuser.runtime.signature import flat_signature, input_signature
 from pyfuser.runtime.options import Options
 from pyfuser.runtime.steps import KernelStep
 
@@ -43,14 +44,14 @@ def test_the_one_pass_signature_equals_the_general_one():
     x = make([4, 6])
     inputs = [x, x.t(), x[:, 1:], torch._neg_view(x), make([3], dtype=torch.complex64).conj(), 3, True, False,
               np.int64(7), 2.5, 1 + 2j, None, "text", make([2], dtype=torch.float16)]
-    fast = executor_cache._flat_signature(inputs)
+    fast = flat_signature(inputs)
     assert fast == input_signature(inputs)
     # an int and a bool of equal value, an int and a numpy int: distinct
-    assert executor_cache._flat_signature([1]) != executor_cache._flat_signature([True])
-    assert executor_cache._flat_signature([1]) != executor_cache._flat_signature([np.int64(1)])
-    assert executor_cache._flat_signature([1]) != executor_cache._flat_signature([2])
+    assert flat_signature([1]) != flat_signature([True])
+    assert flat_signature([1]) != flat_signature([np.int64(1)])
+    assert flat_signature([1]) != flat_signature([2])
     # a nested list (a define_vector's values) is left to flatten_inputs
-    assert executor_cache._flat_signature([x, [2, 3]]) is None
+    assert flat_signature([x, [2, 3]]) is None
 
 
 def test_every_tensor_property_of_the_signature_is_encoded():
@@ -66,7 +67,7 @@ def test_every_tensor_property_of_the_signature_is_encoded():
     key = input_signature([base])
     for what, x in variants.items():
         assert input_signature([x]) != key, what
-        assert executor_cache._flat_signature([x]) != key, what
+        assert flat_signature([x]) != key, what
 
 
 @pytest.mark.parametrize("change", ["stride", "shape", "alignment", "negative bit"])
@@ -305,3 +306,88 @@ def test_a_bound_launch_keys_its_specializations_by_alignment_and_integer_scalar
     assert runs[-1][9:] == (*ptrs(aligned), 33, 7, 128)
     bound(aligned)
     assert len(compiles) == 5 and len(runs) == 5  # (a first launch of a specialization goes through the JIT)
+
+
+# --- the last runtime's input guard (runtime/input_guard.py) ---------------------------------------------------
+
+
+def _scaled(fd):
+    a = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.Float)
+    n = fd.define_scalar(None, dtype=DataType.Int)
+    s = fd.define_scalar(None, dtype=DataType.Double)
+    fd.add_output(fd.ops.mul(fd.ops.add(a, n), s))
+
+
+def test_a_repeated_call_is_recognized_by_the_guard_without_a_signature(monkeypatch):
+    fd = _build(_scaled)
+    a = make([4, 6])
+    fd.execute([a, 2, 0.5])
+    guard = fd._executor.last_runtime.input_guard
+    if not guard:
+        pytest.skip("torch has no usable TensorGuards: every call takes the signature path")
+
+    def no_signature(inputs):
+        raise AssertionError("a repeated call computed its signature")
+
+    monkeypatch.setattr(executor_cache, "flat_signature", no_signature)
+    for s in (0.5, 3.0, -1.0):  # a float's value is not part of the signature: the guard does not bake it
+        b = make([4, 6])
+        torch.testing.assert_close(fd.execute([b, 2, s])[0], (b + 2) * s)
+    assert fd._executor.stats["hits"] == 3
+
+
+def test_the_guard_rejects_every_change_of_the_signature():
+    from pyfuser.runtime.input_guard import InputGuard
+
+    a = make([4, 6])
+    guard = InputGuard.build(0, None, [a, 2, 0.5])
+    if guard is None:
+        pytest.skip("torch has no usable TensorGuards")
+    assert guard.matches([make([4, 6]), 2, 7.0])
+    changed = {
+        "stride": [make([6, 4]).t(), 2, 0.5],
+        "dtype": [make([4, 6], dtype=torch.float64), 2, 0.5],
+        "shape": [make([4, 5]), 2, 0.5],
+        "alignment": [make([25])[1:].view(4, 6), 2, 0.5],
+        "negative bit": [torch._neg_view(make([4, 6])), 2, 0.5],
+        "device": [make([4, 6], device="meta"), 2, 0.5],
+        "requires_grad": [make([4, 6]).requires_grad_(), 2, 0.5],
+        "int value": [a, 3, 0.5],
+        "bool for int": [a, True, 0.5],
+        "numpy int": [a, np.int64(2), 0.5],
+        "int for float": [a, 2, 1],
+        "tensor for scalar": [a, make([1]), 0.5],
+        "scalar for tensor": [1.0, 2, 0.5],
+        "nested list": [a, [2], 0.5],
+        "count": [a, 2],
+    }
+    for what, inputs in changed.items():
+        assert not guard.matches(inputs), what
+    misaligned_ok = InputGuard.build(0, None, [make([25])[1:].view(4, 6), 2, 0.5])
+    assert misaligned_ok.matches([make([25])[1:].view(4, 6), 2, 0.5])
+    assert not misaligned_ok.matches([make([4, 6]), 2, 0.5])  # 16-byte aligned: another alignment class
+
+
+def test_alternating_signatures_and_options_take_their_own_runtimes():
+    fd = _build(_relu_add)
+    small, large = (make([2, 3]), make([2, 3])), (make([5, 7]), make([5, 7]))
+    for i in range(6):
+        x, y = small if i % 2 else large
+        torch.testing.assert_close(fd.execute([x, y])[0], torch.relu(x + y))
+        out = fd.execute([x, y], _disable_options=["kernel_codegen"])[0]
+        torch.testing.assert_close(out, torch.relu(x + y))
+        assert fd.last_execution()[0].runs_as == "aten"
+    assert _runtimes(fd) == 4
+
+
+def test_without_tensor_guards_every_call_takes_the_signature_path(monkeypatch):
+    from pyfuser.runtime import input_guard
+
+    monkeypatch.setattr(input_guard, "_probed", True)
+    monkeypatch.setattr(input_guard, "_tensor_guards", None)
+    fd = _build(_scaled)
+    a = make([4, 6])
+    for n, s in ((2, 0.5), (2, 1.5), (3, 1.5)):
+        torch.testing.assert_close(fd.execute([a, n, s])[0], (a + n) * s)
+    assert fd._executor.last_runtime.input_guard is False
+    assert _runtimes(fd) == 2

@@ -1,15 +1,16 @@
 """FusionExecutorCache: input signature -> runtime (caching.md, level 1).
 
-On every call the arguments are encoded into a signature: for tensors their sizes, strides, dtype, device,
-data-pointer alignment class and negative/conjugate bits; for scalars their type, plus the value for integer and bool scalars (they can
-set extents). A hit goes straight to the runtime: no validation, no segmentation, no meta inference. A miss
-validates the inputs, then builds a runtime (segmentation, meta inference of boundary layouts).
+A call's arguments are encoded into a signature (signature.py: for tensors their sizes, strides, dtype, device,
+data-pointer alignment class and negative/conjugate bits; for scalars their type, plus the value for integer and
+bool scalars, which can set extents), unless the last runtime's input guard recognizes them as that runtime's
+(input_guard.py: the usual repeated call, checked mostly in C++). A hit goes straight to the runtime: no
+validation, no segmentation, no meta inference. A miss validates the inputs, then builds a runtime (segmentation,
+meta inference of boundary layouts).
 """
 
 from __future__ import annotations
 
 import logging
-import numbers
 import threading
 import time
 from collections import OrderedDict
@@ -23,65 +24,12 @@ from ..ir.nodes import TensorView
 from ..segment.segmenter import SegmentedFusion, segment_fusion
 from .device_errors import DeviceErrorSink
 from .fusion_runtime import FusionRuntime
+from .input_guard import InputGuard
 from .options import Options, default_options, parse_options
+from .signature import alignment_class, flat_signature, input_signature  # noqa: F401  (alignment_class: tests)
 from .validation import InputBinder, flatten_inputs
 
 log = logging.getLogger("pyfuser")
-
-MAX_VECTOR_BYTES = 16  # 128-bit vector loads: the largest alignment that matters
-
-
-def alignment_class(ptr: int) -> int:
-    """Largest power of two (bytes, capped at 16) that divides the address."""
-    if ptr == 0:
-        return MAX_VECTOR_BYTES
-    return min(ptr & -ptr, MAX_VECTOR_BYTES)
-
-
-# alignment_class by the address's low four bits: an index instead of a function call on every tensor of every call.
-_ALIGNMENT_BY_LOW_BITS = tuple(alignment_class(low) for low in range(MAX_VECTOR_BYTES))
-
-
-def _tensor_key(x: torch.Tensor) -> tuple:
-    # The negative and conjugate bits change what the memory means (the plan resolves such inputs).
-    return (x.shape, x.stride(), x.dtype, x.device, _ALIGNMENT_BY_LOW_BITS[x.data_ptr() & 15], x.is_neg(),
-            x.is_conj())
-
-
-def input_signature(flat: Sequence[Any]) -> tuple:
-    sig = _flat_signature(flat)
-    if sig is None:  # (a list or tuple among flattened inputs: encoded by type, as any other object)
-        sig = tuple(_tensor_key(x) if isinstance(x, torch.Tensor) else _scalar_key(x) for x in flat)
-    return sig
-
-
-def _scalar_key(x) -> Any:
-    if isinstance(x, numbers.Integral):  # bools and ints (numpy's too) can set extents: key on the value
-        return type(x), int(x)
-    return type(x)
-
-
-def _flat_signature(inputs: Sequence[Any]) -> Optional[tuple]:
-    """The signature of inputs that need no flattening, in one pass; None when one is a list or tuple (a
-    define_vector's values: flatten_inputs first). Runs on every call: the common types are tested first and
-    the encoding is inlined (input_signature's for every input)."""
-    sig = []
-    append = sig.append
-    for x in inputs:
-        tx = type(x)
-        if tx is torch.Tensor or isinstance(x, torch.Tensor):
-            append((x.shape, x.stride(), x.dtype, x.device, _ALIGNMENT_BY_LOW_BITS[x.data_ptr() & 15], x.is_neg(),
-                    x.is_conj()))
-        elif tx is int:
-            append((int, x))
-        elif tx is float:
-            append(float)
-        elif tx is list or tx is tuple:
-            return None
-        else:
-            append(_scalar_key(x))
-    return tuple(sig)
-
 
 _MATMUL_OPS = ("matmul", "linear")
 
@@ -138,17 +86,17 @@ class FusionExecutorCache:
         self.errors = DeviceErrorSink()
 
     def execute(self, inputs: Sequence[Any], *, device=None, enable_options=(), disable_options=()) -> list:
-        # The common call (a list of inputs, no explicit options) takes the fewest steps: options from the cached
-        # environment, the signature in one pass over the inputs as given.
-        if type(inputs) is list and not enable_options and not disable_options:
-            options = default_options()
-            flat, sig = inputs, _flat_signature(inputs)
-            if sig is None:
-                flat = flatten_inputs(inputs, self.fusion.inputs)
-                sig = input_signature(flat)
-            key = (options.bits, device, sig)
-        else:
-            options, flat, key = self._key(inputs, device, enable_options, disable_options)
+        options = default_options() if not enable_options and not disable_options else \
+            parse_options(enable_options, disable_options)
+        last = self.last_runtime
+        if last is not None and type(inputs) is list:
+            # The usual call repeats the last one's signature: its runtime's guard tells (input_guard.py).
+            guard = last.input_guard
+            if guard and guard.options_bits == options.bits and guard.device == device and guard.matches(inputs):
+                self.stats["hits"] += 1
+                return last.run(inputs)
+        flat, sig = self._signature(inputs)
+        key = (options.bits, device, sig)
         runtime = self._runtimes.get(key)
         if runtime is None:
             runtime = self._build(key, flat, device, options)
@@ -156,23 +104,28 @@ class FusionExecutorCache:
             self.stats["hits"] += 1
             # The last runtime is the most recently used already (across threads the order is approximate,
             # which only decides which signature is evicted first).
-            if runtime is not self.last_runtime:
+            if runtime is not last:
                 try:
                     self._runtimes.move_to_end(key)  # least recently *used* goes first
                 except KeyError:  # evicted by another thread meanwhile; the runtime in hand is still valid
                     pass
+        if runtime.input_guard is None and flat is inputs:  # (False: none can be built)
+            runtime.input_guard = InputGuard.build(options.bits, device, inputs) or False
         self.last_runtime = runtime
         return runtime.run(flat)
 
-    def _key(self, inputs, device, enable_options, disable_options) -> tuple:
-        """(options, flat inputs, cache key) of a call. (execute inlines this for its common call.)"""
-        options = parse_options(enable_options, disable_options)
+    def _signature(self, inputs) -> tuple:
+        """(flat inputs, signature): a list that needs no flattening is encoded in one pass, as given."""
+        sig = flat_signature(inputs) if type(inputs) is list else None
+        if sig is not None:
+            return inputs, sig
         flat = flatten_inputs(inputs, self.fusion.inputs)
-        return options, flat, (options.bits, device, input_signature(flat))
+        return flat, input_signature(flat)
 
     def has_runtime(self, inputs: Sequence[Any], *, device=None, enable_options=(), disable_options=()) -> bool:
         """Whether a call with these inputs and options would be a cache hit."""
-        return self._key(inputs, device, enable_options, disable_options)[2] in self._runtimes
+        options = parse_options(enable_options, disable_options)
+        return (options.bits, device, self._signature(inputs)[1]) in self._runtimes
 
     def _build(self, key, flat, device, options: Options) -> FusionRuntime:
         with self._lock:

@@ -71,6 +71,9 @@ class FusionRuntime:
         # Without a device-error sink a run context is never written (only error slots are numbered per call):
         # one serves every call.
         self._context = run_context.RunContext(self.device, self._offset_mode) if self.errors is None else None
+        # The executor cache's check that a call repeats this runtime's signature (input_guard.py): None until the
+        # cache builds it, False where none can be built.
+        self.input_guard = None
         dump(self)
 
     def describe(self) -> list:
