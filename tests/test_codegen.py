@@ -221,8 +221,8 @@ def test_wide_rows_of_registers(monkeypatch, dtype, passes):
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "sliced"])
-@pytest.mark.parametrize("cols", [3000, 5000])  # rows in 3 tiles of 1024 and of 2048 (plan.row_tiles)
-def test_rows_in_tiles(cols, layout):
+@pytest.mark.parametrize("cols, tiles", [(3000, 3), (5000, 5)])  # tiles of 1024 (plan.row_tiles, two passes)
+def test_rows_in_tiles(cols, tiles, layout):
     # A width a power-of-two tile would mostly mask off is walked in a few tiles by an unrolled looped kernel:
     # the last tile's masked lanes must take no part (NaN, inf and -0.0 placed in it, and in the first tile).
     # "sliced": a column window of a wider tensor (row pitch cols + 7, offset 3).
@@ -241,7 +241,52 @@ def test_rows_in_tiles(cols, layout):
         fn(fd)
     fd.execute([x])
     (run,) = fd.last_execution()
-    assert run.kernel_name.split("_")[1] == "looped" and "tl.static_range(0, 3 * BLOCK_C" in run.kernel_source
+    assert run.kernel_name.split("_")[1] == "looped" and f"tl.static_range(0, {tiles} * BLOCK_C" in run.kernel_source
+
+
+@pytest.mark.parametrize("reduction, tiles, warps", [("sum", 3, 8), ("softmax", 5, 4)])
+def test_rows_of_two_passes_take_narrower_tiles_and_fewer_warps(reduction, tiles, warps):
+    # A row of 5000 bf16: one reduction walks 3 tiles of 2048 with 8 warps; two dependent reductions (softmax)
+    # 5 tiles of 1024 (less masked waste) with 4 warps (fewer cross-warp meetings per level).
+    x = make((4, 5000), torch.bfloat16)
+    with FusionDefinition() as fd:
+        t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
+        if reduction == "sum":
+            y = fd.ops.mul(t, fd.ops.sum(t, dims=[1], keepdim=True))
+        else:
+            e = fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, dims=[1], keepdim=True)))
+            y = fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True))
+        fd.add_output(fd.ops.cast(y, DataType.BFloat16))  # bf16 in and out: the warps follow the element size
+    (out,) = fd.execute([x])
+    t = x.float()
+    e = torch.exp(t - t.amax(1, keepdim=True))
+    ref = t * t.sum(1, keepdim=True) if reduction == "sum" else e / e.sum(1, keepdim=True)
+    torch.testing.assert_close(out, ref.bfloat16(), atol=1e-2, rtol=1e-2)
+    step = fd.last_runtime().kernel_step(0)
+    assert step.plan.mode == "looped" and step.plan.num_warps == warps
+    assert f"tl.static_range(0, {tiles} * BLOCK_C" in step.plan.source
+
+
+@pytest.mark.parametrize("reduction, rows, warps", [("sum", 2, 4), ("softmax", 1, 1)])
+def test_persistent_rows_of_two_passes_run_32_bf16_elements_per_thread(reduction, rows, warps):
+    # Rows of 1024 bf16: one reduction, 2 rows per program on 4 warps (plan.TUNING's table); two dependent
+    # reductions, 1 row on 1 warp (32 elements per thread: one cross-warp meeting fewer per level).
+    x = make((8, 1024), torch.bfloat16)
+    with FusionDefinition() as fd:
+        t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
+        if reduction == "sum":
+            y = fd.ops.mul(t, fd.ops.sum(t, dims=[1], keepdim=True))
+        else:
+            e = fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, dims=[1], keepdim=True)))
+            y = fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True))
+        fd.add_output(fd.ops.cast(y, DataType.BFloat16))
+    (out,) = fd.execute([x])
+    t = x.float()
+    e = torch.exp(t - t.amax(1, keepdim=True))
+    ref = t * t.sum(1, keepdim=True) if reduction == "sum" else e / e.sum(1, keepdim=True)
+    torch.testing.assert_close(out, ref.bfloat16(), atol=1e-2, rtol=1e-2)
+    plan = fd.last_runtime().kernel_step(0).plan
+    assert (plan.mode, plan.block_r, plan.num_warps) == ("persistent", rows, warps)
 
 
 def test_product_over_a_materialized_expanded_dim():

@@ -294,7 +294,7 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
     if reduction is None:
         mode = "pointwise"
     elif n_cols <= TUNING["persistent_max_cols"]:
-        tiles = None if whole_rows else row_tiles(n_cols)
+        tiles = None if whole_rows else row_tiles(n_cols, kb.max_level, itemsize)
         wide = None if whole_rows or tiles is not None else wide_rows(n_cols, itemsize, kb.max_level)
         mode = "persistent" if tiles is None and wide is None else "looped"
     elif whole_rows:
@@ -304,10 +304,10 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
         mode = "looped"
         wide = wide_rows(n_cols, itemsize, kb.max_level)
     if tiles is not None:
-        (block_c, n_tiles), block_r, num_warps = tiles, 1, TUNING["row_tiles_warps"]
+        (block_c, n_tiles, num_warps), block_r = tiles, 1
     else:
         n_tiles = 0
-        block_r, block_c, num_warps = _blocks(mode, n_rows, n_cols, itemsize)
+        block_r, block_c, num_warps = _blocks(mode, n_rows, n_cols, itemsize, kb.max_level)
         if wide is not None:
             block_c, unroll, num_warps, programs = wide
     n_cols_factor = _aligned_factor(n_cols, 1)
@@ -548,6 +548,15 @@ TUNING = {
     "row_tiles_max_waste": 0.2,
     "row_tiles_min_cols": 2048,
     "row_tiles_warps": 8,
+    # Rows with two or more dependent reductions (softmax, LayerNorm) meet across warps once per level: they
+    # run fewer warps, more elements per thread (sweep of 2026-12-02, bf16: softmax [16384, 4096] 78% -> 84%
+    # of copy, [32768, 1024] 71% -> 76%, LayerNorm [16384, 4096] 86% -> 88%; within noise for RMSNorm's one
+    # level, so it keeps the table above). Persistent rows of 1- and 2-byte elements: this many elements per
+    # thread. Rows in tiles: the narrowest tile (least masked waste) and warps by element size.
+    "multi_pass_elems_per_thread": 32,
+    "multi_pass_row_tiles_widths": (1024, 2048, 4096),  # narrowest first
+    "multi_pass_row_tiles_warps": {2: 4, 4: 8},  # by the widest element's bytes (bf16 5000 columns: softmax
+    # 52% -> 61%, LayerNorm 73% -> 79%; fp32: softmax 83% -> 88%, LayerNorm 90%, unchanged)
     "looped_warps": 8,
     # Rows too long for registers (wide_rows): programs per SM walking rows in turn, tile width, tiles in flight
     # per step, warps (benchmarks/sweep_kernel_variants.py sections l2 and rowgrid, 2026-12-02).
@@ -602,24 +611,29 @@ def sm_count() -> int:
     return _SM_COUNT[0]
 
 
-def row_tiles(n_cols: int) -> Optional[tuple[int, int]]:
-    """(tile width, tiles) for a reduction row that fits in registers but would waste more than
+def row_tiles(n_cols: int, passes: int = 1, itemsize: int = 4) -> Optional[tuple[int, int, int]]:
+    """(tile width, tiles, warps) for a reduction row that fits in registers but would waste more than
     ``row_tiles_max_waste`` of a power-of-two tile to masked lanes (5000 columns: 39% of 8192): the row is then
-    walked as a few narrower tiles by an unrolled looped kernel (5000: 3 x 2048). Masked lanes cost the exp, the
-    division and the conversions of real ones, so compute-heavy rows gain most (H200, [8191, 5000] fp32: LayerNorm
-    85% -> 94% of copy bandwidth, RMSNorm 90% -> 94%, softmax 80% -> 83%). None: one power-of-two tile."""
+    walked as a few narrower tiles by an unrolled looped kernel (5000: 3 x 2048, or 5 x 1024 for rows of two or
+    more reduction passes). Masked lanes cost the exp, the division and the conversions of real ones, so
+    compute-heavy rows gain most (H200, [8191, 5000] fp32: LayerNorm 85% -> 94% of copy bandwidth, RMSNorm 90% ->
+    94%, softmax 80% -> 83%). None: one power-of-two tile."""
     t = TUNING
     width = next_pow2(max(n_cols, 1))
     if n_cols < t["row_tiles_min_cols"] or (width - n_cols) / width <= t["row_tiles_max_waste"]:
         return None
-    for block_c in t["row_tiles_widths"]:
+    widths, warps = t["row_tiles_widths"], t["row_tiles_warps"]
+    if passes >= 2:
+        widths = t["multi_pass_row_tiles_widths"]
+        warps = t["multi_pass_row_tiles_warps"][2 if itemsize <= 2 else 4]
+    for block_c in widths:
         n = -(-n_cols // block_c)
         if 1 < n <= t["row_tiles_max"] and (n * block_c - n_cols) / (n * block_c) <= t["row_tiles_max_waste"]:
-            return block_c, n
+            return block_c, n, warps
     return None
 
 
-def _blocks(mode: str, n_rows: int, n_cols: int, itemsize: int):
+def _blocks(mode: str, n_rows: int, n_cols: int, itemsize: int, passes: int = 1):
     t = TUNING
     if mode == "pointwise":
         target = t["pw_elems_narrow"] if itemsize <= 2 else t["pw_elems"]
@@ -636,6 +650,10 @@ def _blocks(mode: str, n_rows: int, n_cols: int, itemsize: int):
         block_r = max(1, min(next_pow2(max(n_rows, 1)), t["persistent_elems"] // block_c))
         elems = block_r * block_c
         num_warps = next(w for limit, w in sorted(t["persistent_warps"].items()) if elems <= limit)
+        if passes >= 2 and itemsize <= 2:
+            per_warp = 32 * t["multi_pass_elems_per_thread"]
+            block_r = max(1, min(next_pow2(max(n_rows, 1)), per_warp // block_c))
+            num_warps = max(1, min(16, block_r * block_c // per_warp))
     else:
         block_c, block_r, num_warps = t["looped_block_c"], 1, t["looped_warps"]
     return block_r, block_c, num_warps
