@@ -391,3 +391,22 @@ def test_without_tensor_guards_every_call_takes_the_signature_path(monkeypatch):
         torch.testing.assert_close(fd.execute([a, n, s])[0], (a + n) * s)
     assert fd._executor.last_runtime.input_guard is False
     assert _runtimes(fd) == 2
+
+
+def test_autograd_is_off_during_a_call_and_restored_after_it():
+    def fusion(fd):  # an ATen step (matmul) between two kernels
+        t = fd.define_tensor([-1], contiguity=[True], dtype=DataType.Float)
+        m = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.mul(fd.ops.matmul(m, fd.ops.relu(t)), 2.0))
+
+    fd = _build(fusion)
+    t, m = make([4]).requires_grad_(), make([3, 4]).requires_grad_()
+    for grad in (True, False, True):
+        with torch.set_grad_enabled(grad):
+            out = fd.execute([t, m])[0]
+            assert torch.is_grad_enabled() is grad
+        assert not out.requires_grad and out.grad_fn is None
+        torch.testing.assert_close(out, (m.detach() @ torch.relu(t.detach())) * 2.0)
+    with pytest.raises(Exception):
+        fd.execute([t, make([3, 5])])  # fails inside the run (a new signature: validation passes, matmul fails)
+    assert torch.is_grad_enabled()

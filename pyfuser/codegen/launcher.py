@@ -36,6 +36,7 @@ from .interpreter_compat import interpreting
 
 log = logging.getLogger("pyfuser")
 
+_data_ptr = torch.Tensor.data_ptr  # (mapped over a launch's tensors in C)
 _INTERPRET_LOCK = threading.RLock()
 _direct_enabled = os.environ.get("PYFUSER_DIRECT_LAUNCH", "1") != "0"
 stats = {"jit": 0, "interpreted": 0}  # launches that took those paths (direct launches are not counted)
@@ -206,7 +207,7 @@ class BoundLaunch:
     def __call__(self, tensors: Sequence[torch.Tensor], scalars: tuple = (),
                  jit_tensors: Optional[Callable[[], Sequence[torch.Tensor]]] = None) -> None:
         if self.cuda and _direct_enabled and not self.launcher._jit_only and not _launch_hooks_installed():
-            ptrs = [t.data_ptr() for t in tensors]
+            ptrs = list(map(_data_ptr, tensors))
             # Usually every pointer is 16-byte aligned: one OR tells, and the key is then a constant.
             key = True if not reduce(or_, ptrs, 0) & 15 else tuple([p & 15 == 0 for p in ptrs])
             if scalars:

@@ -29,6 +29,9 @@ from .steps import KernelStep
 # benchmarks/bench_op_host.py add "cpu" to run the CUDA path on CPU tensors (under the Triton interpreter).
 DEFERRED_ERROR_DEVICES = frozenset({"cuda"})
 
+_is_grad_enabled = torch.is_grad_enabled
+_set_grad_enabled = torch._C._set_grad_enabled
+
 
 def run_device(flat_inputs: Sequence[Any], device=None) -> torch.device:
     """The device a call runs on: the explicit one (a bare "cuda" means the current CUDA device, so that streams
@@ -111,15 +114,19 @@ class FusionRuntime:
                 errors.poll()
             context = run_context.RunContext(self.device, self._offset_mode, errors)
         token = run_context.enter(context)
-        grad = torch.is_grad_enabled()
-        torch._C._set_grad_enabled(False)  # torch.no_grad() as a context manager costs microseconds per call
+        # Autograd off while the steps run (torch.no_grad() as a context manager costs microseconds per call), and
+        # toggled only where it is on: a caller under no_grad or inference_mode pays nothing.
+        grad = _is_grad_enabled()
+        if grad:
+            _set_grad_enabled(False)
         try:
             if self.graphed is not None:
                 outs = self.graphed.run(flat_inputs, self.plan.run)
             else:
                 outs = self.plan.run(flat_inputs)
         finally:
-            torch._C._set_grad_enabled(grad)
+            if grad:
+                _set_grad_enabled(True)
             run_context.leave(token)
         return outs
 
