@@ -410,3 +410,36 @@ def test_autograd_is_off_during_a_call_and_restored_after_it():
     with pytest.raises(Exception):
         fd.execute([t, make([3, 5])])  # fails inside the run (a new signature: validation passes, matmul fails)
     assert torch.is_grad_enabled()
+
+
+def test_a_tuple_argument_is_keyed_by_its_items_and_passed_raw(monkeypatch):
+    """A load prologue's argument tuple (pointers and integers): its key and raw form are built in one pass."""
+    from pyfuser.codegen import launcher as launcher_mod
+
+    compiles, runs = [], []
+    monkeypatch.setattr(launcher_mod.BoundLaunch, "_launch",
+                        lambda self, tensors, scalars, jit: compiles.append(scalars) or _RecordingCompiled(runs))
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0, raising=False)
+    monkeypatch.setattr(launcher_mod, "_launch_hooks_installed", lambda: False)
+    bound = launcher_mod.Launcher(None, 4).bind((2,), (9,), torch.device("cuda", 0))
+    bound.tuple_scalars = True
+    base = torch.empty(64)
+    out, a, b = base[:16], base[16:32], base[32:48]
+
+    def call(*items):
+        bound([out], (tuple(items), 5))
+
+    call(a, 4096, 3)
+    call(b, 8192, 5)  # same dtypes, alignment and int specs: the same specialization, new values passed
+    assert len(compiles) == 1
+    assert runs[-1][9:] == (out.data_ptr(), (b.data_ptr(), 8192, 5), 5, 9)
+    call(base[33:49], 8192, 5)  # a tuple pointer off 16 bytes
+    call(b.double(), 8192, 5)  # another dtype
+    call(b, 8193, 5)  # an int no longer a multiple of 16
+    call(b, 8192, 1)  # an int equal to 1
+    call(b, 2**31, 5)  # an int outside int32
+    assert len(compiles) == 6
+    call(b, 16, 3)
+    assert len(compiles) == 6 and runs[-1][10] == (b.data_ptr(), 16, 3)
+    assert launcher_mod._scalar_spec((a, 4096, 3)) == launcher_mod._tuple_spec_and_raw((a, 4096, 3))[0]
+    assert launcher_mod._raw((a, 4096, 3)) == (a.data_ptr(), 4096, 3)

@@ -74,28 +74,67 @@ def _launch_hooks_installed() -> bool:
 
 
 def _int_spec(v: int) -> tuple:
-    return v == 1, v % 16 == 0, -(2**31) <= v < 2**31
+    return v == 1, not v & 15, -2147483648 <= v < 2147483648  # (v & 15 == 0 iff v % 16 == 0, negatives too)
 
 
 def _scalar_spec(v) -> object:
     if type(v) is int:
         return _int_spec(v)
     if type(v) is tuple:  # a tuple argument (a load prologue's arguments): Triton specializes each element
-        return tuple(_tuple_item_spec(x) for x in v)
+        return _tuple_spec_and_raw(v)[0]
     return type(v)
-
-
-def _tuple_item_spec(x) -> object:
-    if isinstance(x, torch.Tensor):
-        return x.dtype, x.data_ptr() % 16 == 0
-    return _scalar_spec(x)
 
 
 def _raw(v):
     """A scalar argument as the compiled launcher takes it: tensors inside tuples as their addresses."""
     if type(v) is tuple:
-        return tuple(x.data_ptr() if isinstance(x, torch.Tensor) else _raw(x) for x in v)
+        return _tuple_spec_and_raw(v)[1]
     return v
+
+
+# The specs of the integers met in tuple arguments (a prologue's sizes, strides and bounds: few distinct values):
+# looked up instead of computed (bounded; an integer past the bound is computed every time).
+_INT_SPECS: dict = {}
+_INT_SPECS_MAX = 4096
+
+
+def _tuple_spec_and_raw(v: tuple) -> tuple:
+    """(specialization key, raw form) of a tuple argument in one pass: a load prologue's tuple holds a dozen or more
+    pointers and integers, and this runs on every launch of its kernel, so ints and tensors are tested first (an
+    int's spec looked up, a tensor's dtype and 16-byte alignment inlined)."""
+    spec, raw = [], []
+    for x in v:
+        tx = type(x)
+        if tx is int:
+            int_spec = _INT_SPECS.get(x)
+            if int_spec is None:
+                int_spec = _int_spec(x)
+                if len(_INT_SPECS) < _INT_SPECS_MAX:
+                    _INT_SPECS[x] = int_spec
+            spec.append(int_spec)
+            raw.append(x)
+        elif tx is torch.Tensor or isinstance(x, torch.Tensor):
+            ptr = x.data_ptr()
+            spec.append((x.dtype, not ptr & 15))
+            raw.append(ptr)
+        else:
+            spec.append(_scalar_spec(x))
+            raw.append(_raw(x))
+    return tuple(spec), tuple(raw)
+
+
+def _specs_and_raw(scalars: Sequence) -> tuple:
+    """(specialization key, raw form) of a launch's scalars, some of them tuples."""
+    specs, raws = [], []
+    for v in scalars:
+        if type(v) is tuple:
+            spec, raw = _tuple_spec_and_raw(v)
+            specs.append(spec)
+            raws.append(raw)
+        else:
+            specs.append(_scalar_spec(v))
+            raws.append(v)
+    return tuple(specs), raws
 
 
 class Launcher:
@@ -210,8 +249,13 @@ class BoundLaunch:
             ptrs = list(map(_data_ptr, tensors))
             # Usually every pointer is 16-byte aligned: one OR tells, and the key is then a constant.
             key = True if not reduce(or_, ptrs, 0) & 15 else tuple([p & 15 == 0 for p in ptrs])
+            raws = scalars
             if scalars:
-                key = (key, tuple(map(_scalar_spec, scalars)))
+                if self.tuple_scalars:  # (their key and raw form in one pass)
+                    specs, raws = _specs_and_raw(scalars)
+                    key = (key, specs)
+                else:
+                    key = (key, tuple(map(_scalar_spec, scalars)))
             compiled = self._compiled.get(key)
             if compiled is not None:
                 if not self.tuple_scalars:
@@ -220,8 +264,8 @@ class BoundLaunch:
                     return
                 try:  # tuple arguments: a Triton whose compiled launcher does not take them sends this kernel to
                     compiled.run(*self.grid, torch._C._cuda_getCurrentRawStream(self.index),  # the JIT
-                                 compiled.function, compiled.packed_metadata, None, None, None, *ptrs,
-                                 *map(_raw, scalars), *self.fixed)
+                                 compiled.function, compiled.packed_metadata, None, None, None, *ptrs, *raws,
+                                 *self.fixed)
                     return
                 except Exception as e:
                     self.launcher._direct_failed(e, scalars)
