@@ -19,6 +19,8 @@ from typing import Any, Optional
 
 import torch
 
+from .interpreter_compat import interpreting
+
 TL_DTYPE = {
     torch.float32: "tl.float32",
     torch.float64: "tl.float64",
@@ -147,6 +149,63 @@ def _tanh_f32(x):
         selp.b32 $0, s, yb, small;
         }""",
         "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _bf16_div_reciprocal(b):
+    # The row divisor's reciprocal for _div_for_bf16, rounded to nearest (one IEEE division per row); NaN where
+    # it is not a normal number (b zero, infinite, NaN, subnormal or above 2^126), which sends every quotient by
+    # that b down the exact path.
+    r = libdevice.div_rn(tl.full([], 1.0, tl.float32), b)
+    return tl.where((tl.abs(r) >= 1.1754943508222875e-38) & (tl.abs(r) <= 3.4028234663852886e38), r, float("nan"))
+
+
+@triton.jit
+def _div_for_bf16(a, r, b):
+    # a / b for a quotient that is only ever rounded to bf16: a * r (r = RN(1 / b), normal) is within 2 ulps of
+    # the IEEE quotient RN(a / b) (subnormal and overflowing quotients included), so both round to the same
+    # bf16 unless a bf16 rounding midpoint (low 16 bits 0x8000) lies within those 2 ulps. Quotients whose low
+    # 16 bits are within 4 of it, and NaN ones (a NaN operand or r), take IEEE division (div.rn), four lanes
+    # behind one branch that warps rarely take. The fast path is 5 instructions against div.rn's 10.
+    return tl.inline_asm_elementwise(
+        """{
+        .reg .f32 q<4>;
+        .reg .b32 t<4>;
+        .reg .pred slow;
+        mul.rn.f32 q0, $4, $8;
+        mul.rn.f32 q1, $5, $9;
+        mul.rn.f32 q2, $6, $10;
+        mul.rn.f32 q3, $7, $11;
+        mov.b32 t0, q0;
+        mov.b32 t1, q1;
+        mov.b32 t2, q2;
+        mov.b32 t3, q3;
+        add.s32 t0, t0, -32764;
+        add.s32 t1, t1, -32764;
+        add.s32 t2, t2, -32764;
+        add.s32 t3, t3, -32764;
+        and.b32 t0, t0, 65535;
+        and.b32 t1, t1, 65535;
+        and.b32 t2, t2, 65535;
+        and.b32 t3, t3, 65535;
+        setp.le.u32 slow, t0, 8;
+        setp.le.or.u32 slow, t1, 8, slow;
+        setp.le.or.u32 slow, t2, 8, slow;
+        setp.le.or.u32 slow, t3, 8, slow;
+        setp.nan.or.f32 slow, q0, q1, slow;
+        setp.nan.or.f32 slow, q2, q3, slow;
+        @!slow bra DIV_DONE_${:uid};
+        div.rn.f32 q0, $4, $12;
+        div.rn.f32 q1, $5, $13;
+        div.rn.f32 q2, $6, $14;
+        div.rn.f32 q3, $7, $15;
+        DIV_DONE_${:uid}:
+        mov.b32 $0, q0;
+        mov.b32 $1, q1;
+        mov.b32 $2, q2;
+        mov.b32 $3, q3;
+        }""",
+        "=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r,r,r", [a, r, b], dtype=tl.float32, is_pure=True, pack=4)
 
 
 @triton.jit
@@ -766,9 +825,38 @@ def _mark_arithmetic_min_max(kb: KernelBuilder) -> None:
             n.reduction += "_arith"
 
 
+_DIV = "libdevice.div_rn({0}, {1})"
+_TO_BF16 = "{0}.to(tl.bfloat16)"
+
+
+def _bf16_row_divisions(kb: KernelBuilder) -> None:
+    """Float divisions by a per-row value (a softmax's row sum) whose quotient is not stored and is read only by
+    conversions to bf16 multiply by the row's reciprocal and fall back to IEEE division only near a bf16
+    rounding midpoint (_div_for_bf16 in the prelude): the bf16 results are eager's bit for bit, and the fast
+    path costs half of div.rn's instructions. Only on the GPU (the interpreter cannot run PTX), and only where
+    each thread holds a multiple of the four lanes the PTX block takes."""
+    readers: dict = {}
+    for n in kb.nodes:
+        for o in n.operands + tuple(b for b in n.body if isinstance(b, KValue)):
+            readers.setdefault(o.uid, []).append(n)
+    stored = {id(v) for _, v in kb.stores}
+    for n in list(kb.nodes):
+        if not (n.kind == "op" and n.template == _DIV and n.dtype == torch.float32 and n.full):
+            continue
+        a, b = n.operands
+        if b.full or b.kind in ("const", "arg") or id(n) in stored or not readers.get(n.uid):
+            continue
+        if all(r.kind == "op" and r.template == _TO_BF16 for r in readers[n.uid]):
+            recip = kb.op("_bf16_div_reciprocal({0})", [b], torch.float32)
+            n.operands, n.template = (a, recip, b), "_div_for_bf16({0}, {1}, {2})"
+
+
 def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, mode, index64,
-                  n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0) -> str:
+                  n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0, lanes_per_thread: int = 1) -> str:
+    """``lanes_per_thread``: elements of a [BLOCK_R, BLOCK_C] tile each thread holds (1 where unknown)."""
     _mark_arithmetic_min_max(kb)
+    if lanes_per_thread % 4 == 0 and not interpreting():
+        _bf16_row_divisions(kb)
     body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64, n_cols_factor, row_tiles, wide).source(name)
     header = "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n"
     return header + PRELUDE + "\n\n" + body
