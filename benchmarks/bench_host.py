@@ -10,6 +10,9 @@ Cases:
 - 3 segments: pointwise -> matmul (ATen) -> pointwise, against the same three eager ops;
 - 8-op chain: eight pointwise ops fused (one kernel on CUDA), against eight eager ops.
 Each time is the median of 5 rounds of N back-to-back calls, synchronized at both ends.
+
+Without a GPU, ``bench_op_host.py --cases host`` times the same cases' host work on CPU tensors, with the
+generated kernels' launches running pyfuser's direct-launch code and a no-op for Triton's compiled launcher.
 """
 
 from __future__ import annotations

@@ -443,3 +443,21 @@ def test_a_tuple_argument_is_keyed_by_its_items_and_passed_raw(monkeypatch):
     assert len(compiles) == 6 and runs[-1][10] == (b.data_ptr(), 16, 3)
     assert launcher_mod._scalar_spec((a, 4096, 3)) == launcher_mod._tuple_spec_and_raw((a, 4096, 3))[0]
     assert launcher_mod._raw((a, 4096, 3)) == (a.data_ptr(), 4096, 3)
+
+
+def test_a_guard_keeps_no_input_alive_and_is_cache_compatible():
+    import gc
+    import weakref
+
+    fd = _build(_relu_add)
+    a, b = make([64, 64]), make([64, 64])
+    fd.execute([a, b])
+    fd.execute([a, b])
+    refs = [weakref.ref(a), weakref.ref(b)]
+    del a, b
+    gc.collect()
+    assert all(r() is None for r in refs), "a runtime's input guard must not keep the call's tensors alive"
+    c, d = make([64, 64]), make([64, 64])
+    assert fd.fec.is_compiled([c, d])
+    assert not fd.fec.is_compiled([c, make([64, 63])])
+    torch.testing.assert_close(fd.execute([c, d])[0], torch.relu(c + d))
