@@ -1,10 +1,9 @@
 """Sweep the warps and rows per program of row-reduction kernels whose rows fit in registers, on the GPU.
 
-    python benchmarks/sweep_row_warps.py [--section warps|loop] [--out FILE.jsonl] [--budget-s S]
+    python benchmarks/sweep_row_warps.py [--out FILE.jsonl] [--budget-s S]
 
-Section warps: persistent rows ([32768, 1024], [16384, 4096]): elements per program x warps (one count for every
-size); rows in unrolled tiles ([8191, 5000], plan.row_tiles): warps x tile widths. Section loop: the same shapes
-on a grid of a few programs per SM walking the row blocks (row_loop_programs_per_sm x row_loop_stages). RMSNorm, LayerNorm and softmax, bf16 and
+Persistent rows ([32768, 1024], [16384, 4096]): elements per program x warps (one count for every
+size); rows in unrolled tiles ([8191, 5000], plan.row_tiles): warps x tile widths. RMSNorm, LayerNorm and softmax, bf16 and
 fp32 I/O, fresh fusions per configuration, timed with triton.testing.do_bench; one JSON line per (case, shape,
 config) with its share of the measured copy bandwidth, then default and best per case. plan.TUNING's
 multi-pass entries come from this sweep (2026-12-02-narrow-sweep.jsonl, run before those entries existed, so its
@@ -27,7 +26,6 @@ from pyfuser.codegen import plan  # noqa: E402
 ap = argparse.ArgumentParser()
 ap.add_argument("--out", default="row-warps.jsonl")
 ap.add_argument("--budget-s", type=float, default=600)
-ap.add_argument("--section", default="warps", choices=["warps", "loop"])
 args = ap.parse_args()
 dev = torch.device("cuda")
 bw = bf.copy_bandwidth(dev)
@@ -45,15 +43,11 @@ def tiles(w, widths):
             "multi_pass_row_tiles_widths": widths}
 
 
-if args.section == "warps":
-    configs = {
-        (32768, 1024): [persistent(e, w) for e in (1024, 2048, 4096, 8192) for w in (1, 2, 4, 8)],
-        (16384, 4096): [persistent(e, w) for e in (4096, 8192) for w in (2, 4, 8, 16)],
-        (8191, 5000): [tiles(w, ws) for w in (2, 4, 8, 16) for ws in ((4096, 2048, 1024), (1024,))],
-    }
-else:
-    loops = [{"row_loop_programs_per_sm": p, "row_loop_stages": st} for p in (2, 4, 8, 16) for st in (1, 2, 3)]
-    configs = {(32768, 1024): loops, (16384, 4096): loops, (8191, 5000): loops}
+configs = {
+    (32768, 1024): [persistent(e, w) for e in (1024, 2048, 4096, 8192) for w in (1, 2, 4, 8)],
+    (16384, 4096): [persistent(e, w) for e in (4096, 8192) for w in (2, 4, 8, 16)],
+    (8191, 5000): [tiles(w, ws) for w in (2, 4, 8, 16) for ws in ((4096, 2048, 1024), (1024,))],
+}
 out = open(args.out, "w")
 best = {}
 t0 = time.time()

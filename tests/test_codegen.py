@@ -289,31 +289,6 @@ def test_persistent_rows_of_two_passes_run_32_bf16_elements_per_thread(reduction
     assert (plan.mode, plan.block_r, plan.num_warps) == ("persistent", rows, warps)
 
 
-@pytest.mark.parametrize("cols", [40, 5000])  # persistent rows; rows in tiles
-def test_row_loop_walks_row_blocks_on_a_smaller_grid(monkeypatch, cols):
-    # plan.TUNING["row_loop_programs_per_sm"]: a grid of that many programs per SM (4 SMs assumed without a GPU)
-    # walks the row blocks in a pipelined loop. 37 rows of a softmax, a LayerNorm and a min; NaN, inf and -0.0 in
-    # rows that different programs take; a transposed input.
-    from pyfuser.codegen import plan
-
-    monkeypatch.setitem(plan.TUNING, "row_loop_programs_per_sm", 1)
-    monkeypatch.setitem(plan.TUNING, "persistent_elems", 2 * 64)  # 2 rows per block at 40 columns
-    x = make((cols, 37), torch.bfloat16).t()
-    x[1, cols - 1] = float("nan")
-    x[20, 0] = float("inf")
-    x[36, :] = -0.0
-
-    def fn(fd):
-        _row_reductions(fd, x)
-
-    check_fusion(fn, [x], _row_reductions_eager, atol=1e-5, rtol=1e-4)
-    with FusionDefinition() as fd:
-        fn(fd)
-    fd.execute([x])
-    plan_ = fd.last_runtime().kernel_step(0).plan
-    assert plan_.grid == (plan.sm_count(),) and "num_stages=2" in plan_.source
-
-
 def test_product_over_a_materialized_expanded_dim():
     # Fuzz seed 775: prod over an expanded dim is a squeeze and a power (nvFuser's form), but the permuted tensor
     # is also an output, so the kernel walks that dim; the squeezed value varies along the kernel's columns and

@@ -305,13 +305,11 @@ def run_program(program: fuzz_gen.Program, inputs: Optional[list] = None) -> obj
 # Launch heuristics that tile even these tiny shapes: several row and column blocks per kernel, the looped
 # reduction kernel (long-row mode) for rows over 8 elements, wide rows (plan.wide_rows: programs walking several
 # rows, two tiles of 4 per step) over 16 and for multi-pass 4-byte rows of 6 to 8, and rows of 5 and 6 in 3
-# unrolled tiles of 2 (plan.row_tiles), and rows that fit walked by a grid of one program per SM (4 without a GPU).
-# A quarter of the cases run with them.
+# unrolled tiles of 2 (plan.row_tiles). A quarter of the cases run with them.
 SMALL_TILES = dict(persistent_max_cols=8, looped_block_c=8, pw_max_block_c=8, pw_elems=64, pw_elems_narrow=64,
                    persistent_elems=32, row_tiles_min_cols=3, row_tiles_widths=(4, 2), row_tiles_max=4,
                    wide_min_cols=16, wide_block_c=4, wide_unroll=2, wide_programs_per_sm=1, wide_fp32_min_cols=6,
-                   wide_fp32_block_c=2, multi_pass_elems_per_thread=1, multi_pass_row_tiles_widths=(2, 4),
-                   row_loop_programs_per_sm=1)
+                   wide_fp32_block_c=2, multi_pass_elems_per_thread=1, multi_pass_row_tiles_widths=(2, 4))
 
 
 @contextlib.contextmanager

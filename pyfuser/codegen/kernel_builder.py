@@ -512,8 +512,7 @@ class Emitter:
     """Writes the kernel source for a KernelBuilder and a row/column index structure."""
 
     def __init__(self, kb: KernelBuilder, params: list[TensorParam], n_row_dims: int, n_col_dims: int,
-                 mode: str, index64: bool, n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0,
-                 row_stages: int = 0):
+                 mode: str, index64: bool, n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0):
         assert mode in ("pointwise", "persistent", "looped")
         self.kb, self.params = kb, params
         # A looped kernel over a row of exactly this many BLOCK_C tiles (0: any number) unrolls its column loops:
@@ -523,8 +522,6 @@ class Emitter:
         # column loops, unrolled (all their loads in flight at once), and a grid of a few programs per SM, each
         # walking rows in turn, so that the rows being read fit in L2 and later passes re-read them from there.
         self.wide = wide
-        # Persistent and tiled-row kernels on a grid smaller than their row blocks: the loop's pipeline stages.
-        self.row_stages = row_stages
         self._load_policy = ""  # eviction policy of row loads in the pass being written (wide kernels)
         self.n_row_dims, self.n_col_dims = n_row_dims, n_col_dims
         self.mode, self.index64 = mode, index64
@@ -710,11 +707,6 @@ class Emitter:
         elif self.wide:
             self.w("for pid_r in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_R), tl.num_programs(0)):")
             self.indent += 1
-        elif self.row_stages:  # a grid of a few programs per SM, each walking row blocks with the next one's
-            # loads in flight (Triton's loop pipelining)
-            self.w("for pid_r in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_R), tl.num_programs(0), "
-                   f"num_stages={self.row_stages}):")
-            self.indent += 1
         else:
             self.w("pid_r = tl.program_id(0)")
         self.w("r = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]")
@@ -860,14 +852,11 @@ def _bf16_row_divisions(kb: KernelBuilder) -> None:
 
 
 def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, mode, index64,
-                  n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0, lanes_per_thread: int = 1,
-                  row_stages: int = 0) -> str:
-    """``lanes_per_thread``: elements of a [BLOCK_R, BLOCK_C] tile each thread holds (1 where unknown);
-    ``row_stages``: walk the row blocks in a loop of that many pipeline stages (0: one row block per program)."""
+                  n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0, lanes_per_thread: int = 1) -> str:
+    """``lanes_per_thread``: elements of a [BLOCK_R, BLOCK_C] tile each thread holds (1 where unknown)."""
     _mark_arithmetic_min_max(kb)
     if lanes_per_thread % 4 == 0 and not interpreting():
         _bf16_row_divisions(kb)
-    body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64, n_cols_factor, row_tiles, wide,
-                   row_stages).source(name)
+    body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64, n_cols_factor, row_tiles, wide).source(name)
     header = "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n"
     return header + PRELUDE + "\n\n" + body

@@ -311,20 +311,16 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
         if wide is not None:
             block_c, unroll, num_warps, programs = wide
     n_cols_factor = _aligned_factor(n_cols, 1)
+    # Tiles of at least four elements per thread are a power-of-two multiple of four per thread.
+    lanes = block_r * block_c // (32 * num_warps)
+    source_body = kernel_source("KERNEL", kb, params, len(row_runs), len(col_runs), mode, index64, n_cols_factor,
+                                n_tiles, unroll if wide else 0, lanes if lanes >= 4 else 1)
+    name = "pf_" + mode + "_" + hashlib.sha1(source_body.encode()).hexdigest()[:12]
+    source = source_body.replace("def KERNEL(", f"def {name}(")
     n_blocks_r = -(-n_rows // block_r)
     grid = (n_blocks_r * -(-n_cols // block_c),) if mode == "pointwise" else (n_blocks_r,)
     if wide is not None:
         grid = (min(n_blocks_r, programs),)
-    row_stages = 0
-    loop_programs = TUNING["row_loop_programs_per_sm"] * sm_count()
-    if mode != "pointwise" and wide is None and 0 < loop_programs < n_blocks_r:
-        grid, row_stages = (loop_programs,), TUNING["row_loop_stages"]
-    # Tiles of at least four elements per thread are a power-of-two multiple of four per thread.
-    lanes = block_r * block_c // (32 * num_warps)
-    source_body = kernel_source("KERNEL", kb, params, len(row_runs), len(col_runs), mode, index64, n_cols_factor,
-                                n_tiles, unroll if wide else 0, lanes if lanes >= 4 else 1, row_stages)
-    name = "pf_" + mode + "_" + hashlib.sha1(source_body.encode()).hexdigest()[:12]
-    source = source_body.replace("def KERNEL(", f"def {name}(")
     if grid[0] > INT32_MAX:  # CUDA's limit for a grid's x dimension (Triton would fail with an OverflowError)
         raise NotFusable(f"{grid[0]} programs exceed the {INT32_MAX} a kernel grid allows")
     fixed = fixed_sizes + stride_args + [v for _, v in kb.fixed_ints] + [n_rows, n_cols // n_cols_factor]
@@ -575,11 +571,6 @@ TUNING = {
     "wide_fp32_min_cols": 16384,
     "wide_fp32_block_c": 4096,
     "wide_unroll": 4,
-    # Rows that fit in registers (persistent and tiled kernels): with programs per SM > 0, a grid of that many
-    # programs per SM walks the row blocks, the next block's loads in flight (row_loop_stages); 0: one program
-    # per row block.
-    "row_loop_programs_per_sm": 0,
-    "row_loop_stages": 2,
     "wide_warps": 32,
 }
 
