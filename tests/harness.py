@@ -199,3 +199,15 @@ def with_layout(layout: str, shape, dtype=torch.float32):
     if layout == "stride_order":
         return with_stride_order(shape, STRIDE_ORDER_3D if len(shape) == 3 else [0, 1], dtype)
     raise AssertionError(layout)
+
+
+def load_source_module(source: str, folder, name: str):
+    """A Python module from source text (Triton's JIT reads a kernel's source from its file)."""
+    import importlib.util
+
+    path = folder / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

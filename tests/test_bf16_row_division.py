@@ -13,7 +13,7 @@ from pyfuser import DataType, FusionDefinition
 from pyfuser.codegen import kernel_builder, plan
 from pyfuser.runtime import plan as runtime_plan
 from pyfuser.codegen.kernel_builder import COMPILE_OPTIONS, PRELUDE
-from harness import DEVICE, make
+from harness import DEVICE, load_source_module, make
 from sm90 import compile_ptx, kernel_spec
 
 triton = pytest.importorskip("triton")
@@ -114,13 +114,7 @@ def count_mismatches(b_ptr, count_ptr, start, BLOCK: tl.constexpr):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_bf16_quotients_equal_ieee_division_for_every_fp32_dividend(tmp_path):
-    import importlib.util
-
-    path = tmp_path / "bf16_division_kernel.py"
-    path.write_text(_KERNEL)
-    spec = importlib.util.spec_from_file_location("bf16_division_kernel", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_source_module(_KERNEL, tmp_path, "bf16_division_kernel")
     g = torch.Generator().manual_seed(0)
     special = [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1.0, -1.0, 3.0, 7.0, 1 / 3, 0.1, 4096.5,
                65535.9, -3.7, 1e-40, -1e-45, 1.1754943508222875e-38, 2.0 ** -126 * 1.5, 2.0 ** 125, 2.0 ** 126,

@@ -244,34 +244,9 @@ def test_rows_in_tiles(cols, tiles, layout):
     assert run.kernel_name.split("_")[1] == "looped" and f"tl.static_range(0, {tiles} * BLOCK_C" in run.kernel_source
 
 
-@pytest.mark.parametrize("reduction, tiles, warps", [("sum", 3, 8), ("softmax", 5, 4)])
-def test_rows_of_two_passes_take_narrower_tiles_and_fewer_warps(reduction, tiles, warps):
-    # A row of 5000 bf16: one reduction walks 3 tiles of 2048 with 8 warps; two dependent reductions (softmax)
-    # 5 tiles of 1024 (less masked waste) with 4 warps (fewer cross-warp meetings per level).
-    x = make((4, 5000), torch.bfloat16)
-    with FusionDefinition() as fd:
-        t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
-        if reduction == "sum":
-            y = fd.ops.mul(t, fd.ops.sum(t, dims=[1], keepdim=True))
-        else:
-            e = fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, dims=[1], keepdim=True)))
-            y = fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True))
-        fd.add_output(fd.ops.cast(y, DataType.BFloat16))  # bf16 in and out: the warps follow the element size
-    (out,) = fd.execute([x])
-    t = x.float()
-    e = torch.exp(t - t.amax(1, keepdim=True))
-    ref = t * t.sum(1, keepdim=True) if reduction == "sum" else e / e.sum(1, keepdim=True)
-    torch.testing.assert_close(out, ref.bfloat16(), atol=1e-2, rtol=1e-2)
-    step = fd.last_runtime().kernel_step(0)
-    assert step.plan.mode == "looped" and step.plan.num_warps == warps
-    assert f"tl.static_range(0, {tiles} * BLOCK_C" in step.plan.source
-
-
-@pytest.mark.parametrize("reduction, rows, warps", [("sum", 2, 4), ("softmax", 1, 1)])
-def test_persistent_rows_of_two_passes_run_32_bf16_elements_per_thread(reduction, rows, warps):
-    # Rows of 1024 bf16: one reduction, 2 rows per program on 4 warps (plan.TUNING's table); two dependent
-    # reductions, 1 row on 1 warp (32 elements per thread: one cross-warp meeting fewer per level).
-    x = make((8, 1024), torch.bfloat16)
+def _one_or_two_levels(x, reduction):
+    """x * sum(x) (one reduction level) or a softmax (two) over bf16 rows, stored as bf16 (the warps follow the
+    element size); runs it, checks it against eager and returns the plan of its kernel."""
     with FusionDefinition() as fd:
         t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
         if reduction == "sum":
@@ -285,7 +260,23 @@ def test_persistent_rows_of_two_passes_run_32_bf16_elements_per_thread(reduction
     e = torch.exp(t - t.amax(1, keepdim=True))
     ref = t * t.sum(1, keepdim=True) if reduction == "sum" else e / e.sum(1, keepdim=True)
     torch.testing.assert_close(out, ref.bfloat16(), atol=1e-2, rtol=1e-2)
-    plan = fd.last_runtime().kernel_step(0).plan
+    return fd.last_runtime().kernel_step(0).plan
+
+
+@pytest.mark.parametrize("reduction, tiles, warps", [("sum", 3, 8), ("softmax", 5, 4)])
+def test_rows_of_two_levels_take_narrower_tiles_and_fewer_warps(reduction, tiles, warps):
+    # A row of 5000 bf16: one reduction walks 3 tiles of 2048 with 8 warps; two dependent reductions (softmax)
+    # 5 tiles of 1024 (less masked waste) with 4 warps (fewer cross-warp meetings per level).
+    plan = _one_or_two_levels(make((4, 5000), torch.bfloat16), reduction)
+    assert plan.mode == "looped" and plan.num_warps == warps
+    assert f"tl.static_range(0, {tiles} * BLOCK_C" in plan.source
+
+
+@pytest.mark.parametrize("reduction, rows, warps", [("sum", 2, 4), ("softmax", 1, 1)])
+def test_persistent_rows_of_two_levels_run_32_bf16_elements_per_thread(reduction, rows, warps):
+    # Rows of 1024 bf16: one reduction, 2 rows per program on 4 warps (plan.TUNING's table); two dependent
+    # reductions, 1 row on 1 warp (32 elements per thread: one cross-warp meeting fewer per level).
+    plan = _one_or_two_levels(make((8, 1024), torch.bfloat16), reduction)
     assert (plan.mode, plan.block_r, plan.num_warps) == ("persistent", rows, warps)
 
 

@@ -11,6 +11,7 @@ import torch
 
 from pyfuser.codegen import elementwise_lowerings
 from pyfuser.codegen.kernel_builder import COMPILE_OPTIONS, PRELUDE
+from harness import load_source_module
 from sm90 import compile_ptx
 
 triton = pytest.importorskip("triton")
@@ -64,13 +65,7 @@ def test_branch_free_tanh_compiles_for_sm90_without_branches():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_branch_free_tanh_has_libdevices_bits_on_all_2_to_the_32_inputs(tmp_path):
-    import importlib.util
-
-    path = tmp_path / "tanh_kernels.py"
-    path.write_text(_KERNELS)
-    spec = importlib.util.spec_from_file_location("tanh_kernels", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_source_module(_KERNELS, tmp_path, "tanh_kernels")
     chunk = 1 << 28
     x = torch.empty(chunk, dtype=torch.int32, device="cuda")
     ours, theirs = torch.empty_like(x), torch.empty_like(x)
