@@ -180,10 +180,12 @@ def test_wide_rows(monkeypatch):
     assert step.plan.grid[0] == min(rows, plan.TUNING["wide_programs_per_sm"] * plan.sm_count())
 
 
-@pytest.mark.parametrize("dtype, passes", [(torch.float32, 2), (torch.float32, 1), (torch.bfloat16, 2)])
-def test_wide_rows_of_registers(monkeypatch, dtype, passes):
-    # Rows that fit in registers are planned wide when their elements are 4 bytes and they take two or more
-    # passes (plan.wide_fp32_min_cols; 16384 on the GPU, 1000 here with tiles of 512), else persistent.
+@pytest.mark.parametrize("dtype, passes, weighted", [(torch.float32, 2, True), (torch.float32, 2, False),
+                                                     (torch.float32, 1, True), (torch.bfloat16, 2, True)])
+def test_wide_rows_of_registers(monkeypatch, dtype, passes, weighted):
+    # Rows that fit in registers are planned wide when their elements are 4 bytes, they take two or more passes
+    # and read two or more row-sized tensors (x and a weight w here; plan.wide_fp32_min_cols: 16384 on the GPU,
+    # 1000 here with tiles of 512), else persistent.
     from pyfuser.codegen import plan
 
     monkeypatch.setitem(plan.TUNING, "wide_fp32_min_cols", 1000)
@@ -191,6 +193,7 @@ def test_wide_rows_of_registers(monkeypatch, dtype, passes):
     x = make((9, 1500), dtype)
     x[2, 1499] = float("nan")
     x[3, 700] = float("-inf")
+    w = make((1500,), dtype) if weighted else torch.ones(1500, dtype=dtype, device=DEVICE)
 
     def fn(fd):
         t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
@@ -199,23 +202,28 @@ def test_wide_rows_of_registers(monkeypatch, dtype, passes):
             y = fd.ops.mul(fd.ops.sub(t, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5)))
         else:
             y = fd.ops.mul(t, fd.ops.rsqrt(fd.ops.sum(fd.ops.mul(t, t), dims=[1], keepdim=True)))
+        if weighted:
+            y = fd.ops.mul(y, fd.ops.cast(fd.from_pytorch(w), DataType.Float))
         fd.add_output(fd.ops.cast(y, DataType.BFloat16) if dtype is torch.bfloat16 else y)
 
-    def eager(x):
+    def eager(x, w):
         t = x.float()
         if passes == 2:
             var, mean = torch.var_mean(t, dim=1, correction=0, keepdim=True)
-            return ((t - mean) * torch.rsqrt(var + 1e-5)).to(x.dtype)
-        return (t * torch.rsqrt((t * t).sum(1, keepdim=True))).to(x.dtype)
+            y = (t - mean) * torch.rsqrt(var + 1e-5)
+        else:
+            y = t * torch.rsqrt((t * t).sum(1, keepdim=True))
+        return (y * w.float() if weighted else y).to(x.dtype)
 
+    inputs = [x, w] if weighted else [x]
     # (bf16: another reduction order may round an output one ulp apart)
     tol = dict(atol=1e-5, rtol=1e-4) if dtype is torch.float32 else dict(atol=1e-2, rtol=1e-2)
-    check_fusion(fn, [x], eager, **tol)
+    check_fusion(fn, inputs, lambda *a: eager(x, w), **tol)
     with FusionDefinition() as fd:
         fn(fd)
-    fd.execute([x])
+    fd.execute(inputs)
     (run,) = fd.last_execution()
-    wide = dtype is torch.float32 and passes == 2
+    wide = dtype is torch.float32 and passes == 2 and weighted
     assert run.kernel_name.split("_")[1] == ("looped" if wide else "persistent")
     assert ("tl.num_programs(0)" in run.kernel_source) == wide
 

@@ -309,7 +309,8 @@ def run_program(program: fuzz_gen.Program, inputs: Optional[list] = None) -> obj
 SMALL_TILES = dict(persistent_max_cols=8, looped_block_c=8, pw_max_block_c=8, pw_elems=64, pw_elems_narrow=64,
                    persistent_elems=32, row_tiles_min_cols=3, row_tiles_widths=(4, 2), row_tiles_max=4,
                    wide_min_cols=16, wide_block_c=4, wide_unroll=2, wide_programs_per_sm=1, wide_fp32_min_cols=6,
-                   wide_fp32_block_c=2, multi_pass_elems_per_thread=1, multi_pass_row_tiles_widths=(2, 4))
+                   wide_fp32_block_c=2, multi_pass_elems_per_thread=1, multi_pass_row_tiles_widths=(2, 4),
+                   wide_fp32_min_row_inputs=1)
 
 
 @contextlib.contextmanager

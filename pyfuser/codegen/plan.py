@@ -295,7 +295,8 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
         mode = "pointwise"
     elif n_cols <= TUNING["persistent_max_cols"]:
         tiles = None if whole_rows else row_tiles(n_cols, kb.max_level, itemsize)
-        wide = None if whole_rows or tiles is not None else wide_rows(n_cols, itemsize, kb.max_level)
+        row_inputs = sum(1 for p in params if p.has_col and not p.is_output)
+        wide = None if whole_rows or tiles is not None else wide_rows(n_cols, itemsize, kb.max_level, row_inputs)
         mode = "persistent" if tiles is None and wide is None else "looped"
     elif whole_rows:
         raise NotFusable(f"a scan, argsort or top-k over {n_cols} columns (generated kernels keep the whole row in "
@@ -565,17 +566,21 @@ TUNING = {
     "wide_min_cols": 16384,  # longer looped rows are wide (all of them, while persistent_max_cols is 16384)
     "wide_programs_per_sm": 2,
     "wide_block_c": 8192,
-    # Rows of 4-byte elements with two or more reduction passes are wide from this many columns on, in tiles of
-    # wide_fp32_block_c (fp32 [4096, 16384]: LayerNorm 80% persistent -> 86%, softmax 69% -> 75%; RMSNorm,
-    # one pass, stays persistent at 94%; bf16 rows lose: LayerNorm 81% -> 66%).
+    # Rows of 4-byte elements with two or more reduction passes that read at least wide_fp32_min_row_inputs
+    # row-sized tensors are wide from this many columns on, in tiles of wide_fp32_block_c: a persistent kernel
+    # keeps each of them in registers across the passes and spills (fp32 [4096, 16384]: LayerNorm, x, w and b,
+    # 80% persistent -> 84-86% wide). A softmax reads x alone and stays persistent (93% against 76% wide since
+    # its row max takes one instruction; 69% -> 75% before). RMSNorm, one pass, stays persistent at 94%; bf16
+    # rows lose: LayerNorm 81% -> 66%. (benchmarks/results/2026-12-02-fp32-wide-rows.jsonl)
     "wide_fp32_min_cols": 16384,
+    "wide_fp32_min_row_inputs": 2,
     "wide_fp32_block_c": 4096,
     "wide_unroll": 4,
     "wide_warps": 32,
 }
 
 
-def wide_rows(n_cols: int, itemsize: int, passes: int) -> Optional[tuple[int, int, int, int]]:
+def wide_rows(n_cols: int, itemsize: int, passes: int, row_inputs: int = 1) -> Optional[tuple[int, int, int, int]]:
     """(tile width, tiles per step, warps, programs) of a looped kernel, whose rows are too long to hold in
     registers: every pass after the first re-reads the row. With one program per row all rows are read at
     once (1024 rows of 65536 floats: 256 MiB, five times the H200's L2), so the re-reads come from HBM and a
@@ -584,12 +589,14 @@ def wide_rows(n_cols: int, itemsize: int, passes: int) -> Optional[tuple[int, in
     in flight to pull its share of the bandwidth, marks the loads its later passes re-read evict_last and
     streams its outputs (H200, [1024, 65536], % of copy bandwidth: RMSNorm bf16 60 -> 79, fp32 62 -> 76;
     LayerNorm 48 -> 67 / 65; softmax 40 -> 46 / 48 -> 65). Rows that would fit in registers are wide too when
-    their elements are 4 bytes and they take two or more passes (``wide_fp32_min_cols``: there the persistent
-    kernel's several row-sized fp32 values spill). None: the persistent or plain looped kernel."""
+    their elements are 4 bytes, they take two or more passes and read ``row_inputs`` >= wide_fp32_min_row_inputs
+    row-sized tensors (``wide_fp32_min_cols``: there the persistent kernel's several row-sized fp32 values
+    spill). None: the persistent or plain looped kernel."""
     t = TUNING
     if n_cols > t["wide_min_cols"]:
         block_c = min(t["wide_block_c"], next_pow2(max(n_cols, 1)))
-    elif itemsize >= 4 and passes >= 2 and n_cols >= t["wide_fp32_min_cols"]:
+    elif (itemsize >= 4 and passes >= 2 and n_cols >= t["wide_fp32_min_cols"]
+          and row_inputs >= t["wide_fp32_min_row_inputs"]):
         block_c = min(t["wide_fp32_block_c"], next_pow2(max(n_cols, 1)))
     else:
         return None
