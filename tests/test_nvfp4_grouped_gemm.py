@@ -353,3 +353,46 @@ def test_tile_config_beyond_shared_memory_is_our_error(small):
     with pytest.raises(ValueError, match="nvfp4_grouped_mm: the tile config .* does not fit this GPU"):
         nvfp4_grouped_mm(*small.args, torch.bfloat16, predequant=True, block_m=256, block_n=256, block_k=512,
                          num_warps=8, num_stages=6)
+
+
+_COMPILE_GEMM = """
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from pyfuser.kernels import nvfp4_grouped_gemm as gg
+
+cfg = gg.default_config(8 * 16, 2048, 4096, 8)  # decode: the launch that can run the offsets' check
+sig = {n: "*i32" for n in ("a_ptr", "b_ptr", "ps_ptr", "eoff_ptr", "sfoff_ptr", "cnt_ptr", "flags_ptr")}
+sig.update(s1_ptr="*fp8e4nv", s2_ptr="*fp8e4nv", alpha_ptr="*fp32", out_ptr="*bf16", ws_ptr="*fp32")
+for n in ("M", "N", "KW", "G", "s1_capacity", "stride_am", "stride_bg", "stride_bn", "stride_s2g", "stride_ps",
+          "stride_om", "g_lo", "g_hi", "check_m", "check_capacity", "check_n", "check_k"):
+    sig[n] = "i32"
+out = {}
+for check in (False, True):
+    consts = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k,
+                  GROUP_M=cfg.group_m, F16=False, EVEN_K=True, G_BLOCK=8, CHECK=check, CHECK_EVERY_ROW=False,
+                  CHECK_BLOCK=16)
+    sig.update({k: "constexpr" for k in consts})
+    src = triton.compiler.ASTSource(fn=gg._nvfp4_gemm_kernel, signature=dict(sig), constexprs=consts)
+    c = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
+    out[str(check)] = c.asm["ptx"].count("st.global")
+print(json.dumps(out))
+"""
+
+
+def test_decode_kernel_with_the_offsets_check_compiles_for_sm90():
+    """The decode launch that ORs the offsets' check bits into the call's flags (program 0) compiles for the H200;
+    it stores one more thing than the launch without the check."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton.backends.nvidia")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", _COMPILE_GEMM], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    stores = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert stores["True"] > stores["False"]

@@ -335,6 +335,28 @@ def test_device_offset_checks_report_from_a_later_call(case, spoil, match, sync_
         fd.execute(bad, _enable_options=["sync_offset_checks"])
 
 
+def test_gemm_runs_its_device_check_in_its_own_launch(device_checks, monkeypatch):
+    """At decode shapes the GEMM's program 0 checks the offsets (group_offsets_bits): no check kernel is launched,
+    and bad offsets are still reported by the next call; a call with checks off or on the host launches none."""
+    from pyfuser.ops import offset_checks
+
+    def no_check_launch(*args):
+        raise AssertionError("the offsets' check kernel was prepared: the GEMM should run the check itself")
+
+    monkeypatch.setattr(offset_checks, "_prepare_device_flags", no_check_launch)
+    name, define, inputs = CASES["grouped GEMM"]()
+    fd = define()
+    good = inputs(0)
+    want = fd.execute(good)
+    fd.execute(good[:6] + [_i32([20, 0])] + good[7:])  # flagged by the GEMM's launch
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+    with pytest.raises(FusionExecutionError, match=r"expert_offsets must be non-decreasing.*found on the device"):
+        fd.execute(good)
+    assert_identical(fd.execute(good), want)
+    assert_identical(fd.execute(good, _disable_options=["offset_checks"]), want)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # the MoE layer: every prepared kernel at once (load prologues, the counting sort's launch, GEMMs)
 

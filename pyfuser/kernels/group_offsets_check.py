@@ -15,9 +15,11 @@ from ..ops import offset_checks
 
 
 @triton.jit
-def _group_offsets_check_kernel(starts_ptr, outs_ptr, sizes_ptr, flags_ptr, slot, g, m, capacity, n, k,
-                                sizes_stride, EVERY_ROW: tl.constexpr, HAS_OUTS: tl.constexpr,
-                                HAS_SIZES: tl.constexpr, BLOCK: tl.constexpr):
+def group_offsets_bits(starts_ptr, outs_ptr, sizes_ptr, g, m, capacity, n, k, sizes_stride,
+                       EVERY_ROW: tl.constexpr, HAS_OUTS: tl.constexpr, HAS_SIZES: tl.constexpr,
+                       BLOCK: tl.constexpr):
+    """The check's bit mask (offset_checks.STARTS_BAD | OUTS_BAD | SIZES_BAD) over the g groups, as a scalar.
+    Also inlined into op kernels that read the same offsets (the NVFP4 GEMM's program 0), saving this launch."""
     i = tl.arange(0, BLOCK)
     ok = i < g
     last = i == g - 1
@@ -42,8 +44,22 @@ def _group_offsets_check_kernel(starts_ptr, outs_ptr, sizes_ptr, flags_ptr, slot
         p2 = tl.load(sizes_ptr + i * sizes_stride + 2, mask=ok, other=0).to(tl.int64)
         bad3 = ok & ((p0 != rows) | (p1 != n) | (p2 != k))
         flags = flags | tl.max(bad3.to(tl.int32), axis=0) * 4
+    return flags
+
+
+@triton.jit
+def _group_offsets_check_kernel(starts_ptr, outs_ptr, sizes_ptr, flags_ptr, slot, g, m, capacity, n, k,
+                                sizes_stride, EVERY_ROW: tl.constexpr, HAS_OUTS: tl.constexpr,
+                                HAS_SIZES: tl.constexpr, BLOCK: tl.constexpr):
+    flags = group_offsets_bits(starts_ptr, outs_ptr, sizes_ptr, g, m, capacity, n, k, sizes_stride, EVERY_ROW,
+                               HAS_OUTS, HAS_SIZES, BLOCK)
     # The flags are pinned host memory (one program writes this slot): a plain read-modify-write keeps them sticky.
     tl.store(flags_ptr + slot, tl.load(flags_ptr + slot) | flags)
+
+
+def check_block(g: int) -> int:
+    """The BLOCK (lanes over the groups) of group_offsets_bits for g groups."""
+    return max(next_pow2(g), 16)
 
 
 def prepare_group_offsets_flags(c, starts, outs, sizes):
@@ -60,7 +76,7 @@ def prepare_group_offsets_flags(c, starts, outs, sizes):
     capacity = c.capacity if c.capacity is not None else 0
     bound = bound_launch(_group_offsets_check_kernel, (1,), (g, c.m, capacity, c.n, c.k, sizes_stride),
                          dict(EVERY_ROW=c.every_row, HAS_OUTS=has_outs, HAS_SIZES=has_sizes,
-                              BLOCK=max(next_pow2(g), 16)), 1, device=starts.device)
+                              BLOCK=check_block(g)), 1, device=starts.device)
 
     def flags_fn(starts, outs, sizes, flags, slot: int) -> None:
         if not dense:

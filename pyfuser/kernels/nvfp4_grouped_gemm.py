@@ -70,6 +70,7 @@ from ..ops import narrow_precision as ops
 from ..ops.offset_checks import PreparedGroupCheck
 from ..ops.registry import attach
 from ..nvfp4.gemm_contract import check_operands, contract_error, out_torch_dtype
+from .group_offsets_check import check_block, group_offsets_bits
 
 __all__ = ["GemmConfig", "GroupedGemm", "default_config", "nvfp4_grouped_mm"]
 
@@ -192,7 +193,7 @@ class GroupedGemm:
     (None: they pass none and get a fresh contiguous result)."""
 
     def __init__(self, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, out_dtype, *,
-                 shapes: Optional[tuple] = None, out_stride: Optional[int] = None, **overrides):
+                 shapes: Optional[tuple] = None, out_stride: Optional[int] = None, check=None, **overrides):
         self.out_dtype = out_torch_dtype(out_dtype)
         if shapes is None:
             shapes = check_operands(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
@@ -202,6 +203,7 @@ class GroupedGemm:
         self.cfg = cfg = _config(m, n, k, g, overrides)
         self.out_stride = n if out_stride is None else out_stride
         self.launches = None  # nothing to launch: an empty result, or zeros (no groups)
+        self.checked = None  # the decode launch that also runs ``check`` on the device (fuses_check)
         if m == 0 or n == 0 or g == 0:
             return
         # The kernels index these [G] vectors with unit stride.
@@ -218,20 +220,27 @@ class GroupedGemm:
         bkw = max(cfg.block_k // 8, 1)  # words per k-tile
         self.split = split = min(cfg.split_k, cdiv(kw, bkw))  # every split gets at least one k-tile
         meta = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split,
-                    GROUP_M=cfg.group_m, F16=cfg.predequant, EVEN_K=(kw % bkw == 0), G_BLOCK=g_block)
+                    GROUP_M=cfg.group_m, F16=cfg.predequant, EVEN_K=(kw % bkw == 0), G_BLOCK=g_block,
+                    CHECK=False, CHECK_EVERY_ROW=False, CHECK_BLOCK=16)
         ints = (m, n, kw, g, s1_capacity, stride_am, stride_bg, stride_bn, scale2.stride(0), problem_sizes.stride(0),
                 self.out_stride)
 
-        def gemm(g_lo, g_hi):
+        def gemm(g_lo, g_hi, check=None):
             # Groups [g_lo, g_hi): their tiles fit in cdiv(M, BLOCK_M) + (g_hi - g_lo) m-slots (docstring). Returns
             # (the bound launch, its split-K tile counters and partials).
             grid_m, grid_n = cdiv(m, cfg.block_m) + g_hi - g_lo, cdiv(n, cfg.block_n)
             scratch = (grid_m * grid_n, grid_m * grid_n * split * cfg.block_n * cfg.block_m)
-            return (bound_launch(_nvfp4_gemm_kernel, (grid_m * grid_n, split, 1), (*ints, g_lo, g_hi), meta,
-                                 cfg.num_warps, cfg.num_stages, device=dev), scratch)
+            checks, check_meta = (0, 0, 0, 0), {}
+            if check is not None:
+                checks = (check.m, check.capacity or 0, check.n, check.k)
+                check_meta = dict(CHECK=True, CHECK_EVERY_ROW=check.every_row, CHECK_BLOCK=check_block(g))
+            return (bound_launch(_nvfp4_gemm_kernel, (grid_m * grid_n, split, 1), (*ints, g_lo, g_hi, *checks),
+                                 {**meta, **check_meta}, cfg.num_warps, cfg.num_stages, device=dev), scratch)
 
         if not cfg.predequant:
             self.launches = [gemm(0, g)]
+            if check is not None:
+                self.checked = gemm(0, g, check)
             return
         # Prefill: both operands dequantized to fp16 (exact) by first launches, then a plain fp16 grouped GEMM. The
         # weights go through a bounded buffer, a chunk of experts at a time.
@@ -248,9 +257,15 @@ class GroupedGemm:
                                      dict(BLOCK_R=block_r, BLOCK_W=block_w), 4, 3, device=dev)
             self.launches.append((dequant_b, *gemm(g_lo, g_hi)))
 
+    @property
+    def fuses_check(self) -> bool:
+        """Whether a call can run the offsets' device check inside the GEMM's own launch (``check_flags``)."""
+        return self.checked is not None
+
     def __call__(self, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets,
-                 out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """The GEMM of these operands, which must have the metadata the launches were prepared for."""
+                 out: Optional[torch.Tensor] = None, check_flags: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The GEMM of these operands, which must have the metadata the launches were prepared for.
+        ``check_flags`` (with fuses_check): the int32 flag the launch ORs the offsets' check bits into."""
         m, n, k, g = self.shapes
         dev = self.device
         if out is None:
@@ -266,8 +281,12 @@ class GroupedGemm:
         try:
             if not self.cfg.predequant:
                 ((launch, scratch),) = self.launches
+                if check_flags is not None:
+                    launch, scratch = self.checked
                 # The JIT path (first launch of a specialization) takes the packed operands as int32 word views.
-                tensors = (mat1, scale1, mat2, scale2, *common, *self._scratch(scratch, alpha))
+                # (Without a check, any pointer stands for the flags: they are never read.)
+                tensors = (mat1, scale1, mat2, scale2, *common, *self._scratch(scratch, alpha),
+                           alpha if check_flags is None else check_flags)
                 launch(tensors, (), lambda: (_words(mat1), scale1, _words(mat2.transpose(-1, -2)), *tensors[3:]))
                 return out
             a16 = torch.empty((m, k), dtype=torch.float16, device=dev)
@@ -276,7 +295,7 @@ class GroupedGemm:
             b16 = torch.empty((self.chunk, n, k), dtype=torch.float16, device=dev)
             for dequant_b, launch, scratch in self.launches:
                 dequant_b((mat2, scale2, b16), (), lambda: (_words(mat2.transpose(-1, -2)), scale2, b16))
-                launch((a16, scale1, b16, scale2, *common, *self._scratch(scratch, alpha)))
+                launch((a16, scale1, b16, scale2, *common, *self._scratch(scratch, alpha), alpha))
         except OutOfResources as e:  # a tile config (given, or the default on a smaller GPU) the device cannot hold
             contract_error(f"the tile config {self.cfg} does not fit this GPU ({e}); choose smaller blocks or fewer "
                            f"stages")
@@ -445,13 +464,15 @@ def _dequant_b_kernel(
     tl.store(dst, vals, mask=r_mask[:, None] & (cols < 8 * KW)[None, :])
 
 
-@triton.jit(do_not_specialize=["M", "G", "s1_capacity", "g_lo", "g_hi"])
+@triton.jit(do_not_specialize=["M", "G", "s1_capacity", "g_lo", "g_hi", "check_m", "check_capacity"])
 def _nvfp4_gemm_kernel(
-    a_ptr, s1_ptr, b_ptr, s2_ptr, alpha_ptr, ps_ptr, eoff_ptr, sfoff_ptr, out_ptr, ws_ptr, cnt_ptr,
+    a_ptr, s1_ptr, b_ptr, s2_ptr, alpha_ptr, ps_ptr, eoff_ptr, sfoff_ptr, out_ptr, ws_ptr, cnt_ptr, flags_ptr,
     M, N, KW, G, s1_capacity,
     stride_am, stride_bg, stride_bn, stride_s2g, stride_ps, stride_om, g_lo, g_hi,
+    check_m, check_capacity, check_n, check_k,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     GROUP_M: tl.constexpr, F16: tl.constexpr, EVEN_K: tl.constexpr, G_BLOCK: tl.constexpr,
+    CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
 ):
     # KW = K/8 int32 words per row, passed rather than derived so that Triton's divisibility specialization of
     # integer arguments sees it (vectorized, unmasked-in-K loads when EVEN_K).
@@ -460,6 +481,11 @@ def _nvfp4_gemm_kernel(
     # [G, N, KW]), dequantized here with their block scales. Only groups [g_lo, g_hi) are computed.
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
+    if CHECK:  # the call's device check of the offsets (group_offsets_check.py), by program 0: no launch of its own
+        if (pid == 0) & (pid_k == 0):
+            bits = group_offsets_bits(eoff_ptr, sfoff_ptr, ps_ptr, G, check_m, check_capacity, check_n, check_k,
+                                      stride_ps, CHECK_EVERY_ROW, True, True, CHECK_BLOCK)
+            tl.store(flags_ptr, tl.load(flags_ptr) | bits)  # (pinned host flags: sticky, as the check kernel's)
     num_pid_m = tl.cdiv(M, BLOCK_M) + g_hi - g_lo
     num_pid_n = tl.cdiv(N, BLOCK_N)
     band = GROUP_M * num_pid_n  # programs per band of GROUP_M m-tiles, m-tile fastest inside a band
@@ -605,16 +631,27 @@ def _prepare_cutlass_nvfp4_grouped_mm(node, mat1, mat2, scale1, scale2, alpha, p
     m, n, k, g, check = ops.gemm_contract(node.op.name, mat1, mat2, scale1, scale2, alpha, problem_sizes,
                                           expert_offsets, sf_offsets)
     gemm = GroupedGemm(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets,
-                       to_torch_dtype(dtype), shapes=(m, n, k, g))
+                       to_torch_dtype(dtype), shapes=(m, n, k, g), check=check)
     offsets = PreparedGroupCheck(check)
     capacity = ops.scale1_capacity(scale1)
+    flag_views: dict = {}  # (flags, slot) -> the one int32 flag the launch ORs into
 
     def run(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, dtype):
         if ops.scale1_capacity(scale1) != capacity:  # another storage behind the same view: checked anew
             return _cutlass_nvfp4_grouped_mm_for(node, mat1, mat2, scale1, scale2, alpha, problem_sizes,
                                                  expert_offsets, sf_offsets, dtype)
-        offsets(expert_offsets, sf_offsets, problem_sizes)
-        return gemm(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
+        if not gemm.fuses_check:
+            offsets(expert_offsets, sf_offsets, problem_sizes)
+            return gemm(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
+        # The device check runs inside the GEMM's launch (program 0), one launch fewer per call.
+        where = offsets.device_slot(expert_offsets, sf_offsets, problem_sizes)
+        flag = None
+        if where is not None:
+            key = (where[0].data_ptr(), where[1])
+            flag = flag_views.get(key)
+            if flag is None:
+                flag = flag_views[key] = where[0][where[1]:where[1] + 1]
+        return gemm(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, check_flags=flag)
 
     return run
 

@@ -173,13 +173,26 @@ class PreparedGroupCheck:
 
     def __call__(self, starts: torch.Tensor, outs: Optional[torch.Tensor] = None,
                  sizes: Optional[torch.Tensor] = None) -> None:
+        where = self.device_slot(starts, outs, sizes)
+        if where is None:
+            return
+        flags_fn = self._device_flags
+        if flags_fn is None:
+            flags_fn = self._device_flags = _prepare_device_flags(self.check, starts, outs, sizes)
+        flags_fn(starts, outs, sizes, *where)
+
+    def device_slot(self, starts: torch.Tensor, outs: Optional[torch.Tensor] = None,
+                    sizes: Optional[torch.Tensor] = None) -> Optional[tuple[torch.Tensor, int]]:
+        """The call's mode applied short of the device check: (flags, slot) where the check is to OR its bits on
+        the device (an op kernel may do that itself, in its own launch); None where it is off or was done here,
+        on the host (a problem raises)."""
         ctx = run_context.current()
         if ctx is None:
             mode = run_context.OFFSET_CHECKS_DEVICE
         else:
             mode = ctx.offset_checks
             if mode == run_context.OFFSET_CHECKS_OFF:
-                return
+                return None
         c = self.check
         # On the device where the run collects device flags (the runtime's choice: CUDA runs); else the values are
         # read now, which off the device (CPU) costs no synchronization. More checks in one call than the sink has
@@ -192,11 +205,7 @@ class PreparedGroupCheck:
             values = iter(host_ints(*[t for t in (starts, outs, sizes) if t is not None]))
             _host_check(c, next(values), next(values) if outs is not None else None,
                         next(values) if sizes is not None else None)
-            return
-        flags_fn = self._device_flags
-        if flags_fn is None:
-            flags_fn = self._device_flags = _prepare_device_flags(c, starts, outs, sizes)
-        flags_fn(starts, outs, sizes, *where)
+        return where
 
 
 def check_group_offsets(c: GroupCheck, starts: torch.Tensor, outs: Optional[torch.Tensor] = None,
