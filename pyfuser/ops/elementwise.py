@@ -88,34 +88,48 @@ def _scalar_operand(value, dtype, device) -> torch.Tensor:
     return t
 
 
-def _elementwise_eval(fn):
-    """Evaluator: cast operands as the builder recorded, apply ``fn``, cast to the output dtype."""
+def _elementwise_eval(fn, int_div_fn=None):
+    """Evaluator: cast operands as the builder recorded, apply ``fn`` (``int_div_fn`` where the builder marked the
+    node ``int_div``), cast to the output dtype."""
 
     def evaluate(node, *args):
-        casts = node.info["cast"]
+        # What the node fixes is derived once and kept on it (this runs on every call of an ATen step): the
+        # function, the casts, the output dtype, and whether the result is made contiguous (ops/reduction.py: a
+        # sum/prod over expanded dims only) or returned as a Python scalar; and per operand the last scalar seen
+        # with its tensor (a constant is the same object on every call: no key to build).
+        fixed = node.info.get("_elementwise_eval")
+        if fixed is None:
+            out = node.outputs[0]
+            fixed = node.info["_elementwise_eval"] = (
+                int_div_fn if node.info.get("int_div") else fn, tuple(node.info["cast"]),
+                to_torch_dtype(out.dtype), bool(node.info.get("reduction_result")), isinstance(out, Scalar),
+                [None] * len(node.info["cast"]))
+        op, casts, out_dtype, contiguous, scalar_out, last_scalars = fixed
         device = None
         conv = []
-        for a, c in zip(args, casts):
+        for i, (a, c) in enumerate(zip(args, casts)):
             if isinstance(a, torch.Tensor):
                 conv.append(a if c is None or a.dtype == c else a.to(c))
-            else:
-                if device is None:
-                    device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
-                conv.append(_scalar_operand(a, c, device))
-        out = node.outputs[0]
-        result = fn(*conv)
-        out_dtype = node.info.get("out_torch_dtype")
-        if out_dtype is None:  # (derived once and kept on the node: this runs on every call of an ATen step)
-            out_dtype = node.info["out_torch_dtype"] = to_torch_dtype(out.dtype)
+                continue
+            if device is None:
+                device = next((a.device for a in args if isinstance(a, torch.Tensor)), _CPU)
+            last = last_scalars[i]
+            if last is None or last[0] is not a or last[1] != device:
+                last = last_scalars[i] = (a, device, _scalar_operand(a, c, device))
+            conv.append(last[2])
+        result = op(*conv)
         if result.dtype != out_dtype:
             result = result.to(out_dtype)
-        if node.info.get("reduction_result"):  # (ops/reduction.py: a sum/prod over expanded dims only)
+        if contiguous:
             result = result.contiguous()
-        if isinstance(out, Scalar):
+        if scalar_out:
             return result.item()
         return result
 
     return evaluate
+
+
+_CPU = torch.device("cpu")
 
 
 # Operand categories: which dtypes an op accepts. Anything else is rejected at definition time, so a fusion
@@ -373,14 +387,7 @@ def _binary_types(name: str, rule: str, operands: list):
 
 
 def _register_binary(name: str, fn, rule: str, category: str):
-    int_div = _int_div if rule == "div" else None
-
-    plain = _elementwise_eval(fn)
-    integer_division = _elementwise_eval(int_div) if int_div is not None else None
-
-    def evaluate(node, a, b):
-        # (both evaluators are made once, here: this runs on every call of an ATen step)
-        return (integer_division if node.info.get("int_div") else plain)(node, a, b)
+    evaluate = _elementwise_eval(fn, _int_div if rule == "div" else None)
 
     def build(lhs, rhs):
         check_operand(name, lhs, "lhs")
