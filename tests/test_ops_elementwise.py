@@ -960,3 +960,20 @@ def test_zero_dim_tensor_operand_broadcasts():
         fd.add_output(fd.ops.mul(fd.from_pytorch(s), fd.from_pytorch(x)))
 
     check_fusion(fn, [s, x], lambda s, x: s * x)
+
+
+def test_aten_step_scalar_operands_follow_each_calls_value():
+    """An ATen step keeps the last scalar operand's 0-dim tensor (found by identity): a runtime scalar that changes
+    between calls, -0.0 after 0.0 (equal, other bits), True after 1 and a constant operand all give eager's
+    values, bit for bit, call after call."""
+    x = make((5,))
+    fd = define(lambda fd: fd.add_output(fd.ops.add(fd.ops.mul(fd.from_pytorch(x), fd.define_scalar(DataType.Double)),
+                                                    -0.0)))
+    for s in (2.0, 3.5, 0.0, -0.0, 2.0, float("nan"), -0.0):
+        (out,) = fd.execute([x, s], _disable_options=["kernel_codegen"])
+        ref = x * torch.tensor(s, dtype=torch.float32) + torch.tensor(-0.0)
+        assert torch.equal(out.view(torch.int32), ref.view(torch.int32)) or (out.isnan().all() and ref.isnan().all())
+    xi = torch.arange(-3, 3, dtype=torch.int64, device=DEVICE)
+    fdi = define(lambda fd: fd.add_output(fd.ops.add(fd.from_pytorch(xi), fd.define_scalar(DataType.Int))))
+    for s in (1, 2, 1):
+        assert torch.equal(fdi.execute([xi, s], _disable_options=["kernel_codegen"])[0], xi + s)
