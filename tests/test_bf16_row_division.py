@@ -129,3 +129,40 @@ def test_bf16_quotients_equal_ieee_division_for_every_fp32_dividend(tmp_path):
                                                               **COMPILE_OPTIONS)
     bad = counts.nonzero().flatten().tolist()
     assert not bad, [(float(divisors[i]), int(counts[i])) for i in bad]
+
+
+def test_load_prologue_keeps_ieee_division(monkeypatch):
+    """A bf16 quotient by a per-row value computed as a load prologue of the grouped quantize runs inside the
+    hand-written kernel, whose tiles the plan does not know: it keeps IEEE division there."""
+    from pyfuser.codegen import plan as codegen_plan
+
+    prologue_sources = []
+    real = codegen_plan.plan_kernel
+
+    def capture(*a, **k):
+        p = real(*a, **k)
+        if k.get("prologue_of") is not None or len(a) > 3 and a[3] is not None:
+            prologue_sources.append(p.source)
+        return p
+
+    monkeypatch.setattr(codegen_plan, "plan_kernel", capture)
+    monkeypatch.setattr("pyfuser.codegen.prologue.plan_kernel", capture)
+    monkeypatch.setattr(kernel_builder, "interpreting", lambda: False)
+    x = make((16, 64), torch.bfloat16)
+    s = make((16, 1), torch.bfloat16).abs() + 1
+    starts = torch.tensor([0, 6, 6], dtype=torch.int32, device=DEVICE)
+    sf_starts = torch.tensor([0, 128, 256], dtype=torch.int32, device=DEVICE)
+    with FusionDefinition() as fd:
+        tx, ts = fd.from_pytorch(x), fd.from_pytorch(s)
+        q = fd.ops.div(fd.ops.cast(tx, DataType.Float), fd.ops.cast(ts, DataType.Float))
+        packed, scales = fd.ops.nv_grouped_block_quantize(fd.ops.cast(q, DataType.BFloat16),
+                                                          fd.from_pytorch(starts), fd.from_pytorch(sf_starts))
+        fd.add_output(packed)
+        fd.add_output(scales)
+    try:
+        fd.execute([x, s, starts, sf_starts])
+    except Exception:
+        if DEVICE.type == "cuda":
+            raise
+    assert prologue_sources, "the quotient was not planned as a load prologue"
+    assert all("_div_for_bf16(v" not in src and "libdevice.div_rn(v" in src for src in prologue_sources)

@@ -312,8 +312,9 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
         if wide is not None:
             block_c, unroll, num_warps, programs = wide
     n_cols_factor = _aligned_factor(n_cols, 1)
-    # Tiles of at least four elements per thread are a power-of-two multiple of four per thread.
-    lanes = block_r * block_c // (32 * num_warps)
+    # Tiles of at least four elements per thread are a power-of-two multiple of four per thread. (A load
+    # prologue's code runs inside a hand-written kernel whose tiles this plan does not know: 1, unknown.)
+    lanes = block_r * block_c // (32 * num_warps) if prologue_of is None else 1
     source_body = kernel_source("KERNEL", kb, params, len(row_runs), len(col_runs), mode, index64, n_cols_factor,
                                 n_tiles, unroll if wide else 0, lanes if lanes >= 4 else 1)
     name = "pf_" + mode + "_" + hashlib.sha1(source_body.encode()).hexdigest()[:12]
