@@ -166,3 +166,28 @@ def test_load_prologue_keeps_ieee_division(monkeypatch):
             raise
     assert prologue_sources, "the quotient was not planned as a load prologue"
     assert all("_div_for_bf16(v" not in src and "libdevice.div_rn(v" in src for src in prologue_sources)
+
+
+def test_embedded_plans_keep_ieee_division(monkeypatch):
+    """A plan whose code runs inside a hand-written kernel with warps of its own (a counting sort's epilogue:
+    plan_kernel(..., embedded=True)) keeps IEEE division; the same segment planned alone takes the bf16 form."""
+    calls = []
+    real = runtime_plan.plan_kernel
+
+    def capture(*a, **k):
+        calls.append((a, k))
+        return real(*a, **k)
+
+    monkeypatch.setattr(runtime_plan, "plan_kernel", capture)
+    monkeypatch.setattr(kernel_builder, "interpreting", lambda: False)
+    x = make((4, 1024), torch.bfloat16)
+    with FusionDefinition() as fd:
+        _softmax(fd, x)
+    try:
+        fd.execute([x])
+    except Exception:
+        if DEVICE.type == "cuda":
+            raise
+    (args, kwargs), = calls
+    assert "_div_for_bf16(v" in plan.plan_kernel(*args, **kwargs).source
+    assert "_div_for_bf16(v" not in plan.plan_kernel(*args, **kwargs, embedded=True).source

@@ -156,10 +156,13 @@ def _merge(group: list, sizes: dict, walks: list[dict], pinned=frozenset()) -> l
     return runs
 
 
-def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[TensorView] = None) -> KernelPlan:
+def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[TensorView] = None,
+                embedded: bool = False) -> KernelPlan:
     """``metas``: id(tv) -> TensorMeta for every segment input and output tensor. ``prologue_of``: the segment's
     one output, for a pointwise segment planned as a load prologue (codegen/prologue.py): the loop dims of its
-    dims stay coordinates of their own, so that the prologue can be called at its (row, column) coordinates."""
+    dims stay coordinates of their own, so that the prologue can be called at its (row, column) coordinates.
+    ``embedded``: the plan's code runs inside a hand-written kernel with warps of its own (an epilogue,
+    codegen/epilogue.py), as a prologue's does."""
     kernel_exprs = [e for e in segment.exprs if e not in scalar_exprs]
     made_here = {id(o) for e in kernel_exprs for o in e.outputs}
     if any(id(v) in made_here for e in scalar_exprs for v in e.inputs):
@@ -313,8 +316,9 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
             block_c, unroll, num_warps, programs = wide
     n_cols_factor = _aligned_factor(n_cols, 1)
     # Tiles of at least four elements per thread are a power-of-two multiple of four per thread. (A load
-    # prologue's code runs inside a hand-written kernel whose tiles this plan does not know: 1, unknown.)
-    lanes = block_r * block_c // (32 * num_warps) if prologue_of is None else 1
+    # prologue's or an epilogue's code runs inside a hand-written kernel whose tiles or warps this plan does not
+    # fix: 1, unknown.)
+    lanes = block_r * block_c // (32 * num_warps) if prologue_of is None and not embedded else 1
     source_body = kernel_source("KERNEL", kb, params, len(row_runs), len(col_runs), mode, index64, n_cols_factor,
                                 n_tiles, unroll if wide else 0, lanes if lanes >= 4 else 1)
     name = "pf_" + mode + "_" + hashlib.sha1(source_body.encode()).hexdigest()[:12]

@@ -148,7 +148,7 @@ def _chain_epilogue(planner, step: CountingSortStep, seg, group: CountingSortGro
     if metas is None:
         return "a boundary layout is unknown"
     try:
-        kplan = plan_kernel(epi, metas, [])
+        kplan = plan_kernel(epi, metas, [], embedded=True)  # (the counting sort's launch has its own warps)
         eplan = plan_epilogue(kplan)
     except NotFusable as e:
         return str(e)
