@@ -107,12 +107,14 @@ def _elementwise_eval(fn, int_div_fn=None):
         op, casts, out_dtype, contiguous, scalar_out, last_scalars = fixed
         device = None
         conv = []
-        for i, (a, c) in enumerate(zip(args, casts)):
+        i = -1
+        for a, c in zip(args, casts):
+            i += 1
             if isinstance(a, torch.Tensor):
                 conv.append(a if c is None or a.dtype == c else a.to(c))
                 continue
             if device is None:
-                device = next((a.device for a in args if isinstance(a, torch.Tensor)), _CPU)
+                device = _tensor_device(args)
             last = last_scalars[i]
             if last is None or last[0] is not a or last[1] != device:
                 last = last_scalars[i] = (a, device, _scalar_operand(a, c, device))
@@ -130,6 +132,14 @@ def _elementwise_eval(fn, int_div_fn=None):
 
 
 _CPU = torch.device("cpu")
+
+
+def _tensor_device(args) -> torch.device:
+    """Where a scalar operand's tensor goes: the device of the op's first tensor operand (the CPU if none)."""
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            return a.device
+    return _CPU
 
 
 # Operand categories: which dtypes an op accepts. Anything else is rejected at definition time, so a fusion
