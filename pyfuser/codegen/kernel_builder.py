@@ -809,15 +809,20 @@ class Emitter:
 _ARITHMETIC = frozenset(("{0} + {1}", "{0} - {1}", "{0} * {1}", "libdevice.div_rn({0}, {1})"))
 
 
-def _mark_arithmetic_min_max(kb: KernelBuilder) -> None:
-    """Float max/min reductions that are not stored and are read only by arithmetic reduce with the one-
-    instruction combine (REDUCTIONS' *_arith): a softmax's row max, subtracted from its row (13% of a bf16
-    softmax's time on the H200)."""
+def _readers_and_stored(kb: KernelBuilder) -> tuple[dict, set]:
+    """(uid -> the nodes that read that node, ids of the stored nodes): what the rewrites below ask of a node."""
     readers: dict = {}
     for n in kb.nodes:
         for o in n.operands + tuple(b for b in n.body if isinstance(b, KValue)):
             readers.setdefault(o.uid, []).append(n)
-    stored = {id(v) for _, v in kb.stores}
+    return readers, {id(v) for _, v in kb.stores}
+
+
+def _mark_arithmetic_min_max(kb: KernelBuilder) -> None:
+    """Float max/min reductions that are not stored and are read only by arithmetic reduce with the one-
+    instruction combine (REDUCTIONS' *_arith): a softmax's row max, subtracted from its row (13% of a bf16
+    softmax's time on the H200)."""
+    readers, stored = _readers_and_stored(kb)
     for n in kb.nodes:
         if (n.kind == "reduce" and n.reduction in ("max", "min") and n.dtype.is_floating_point
                 and id(n) not in stored and readers.get(n.uid)
@@ -835,11 +840,7 @@ def _bf16_row_divisions(kb: KernelBuilder) -> None:
     rounding midpoint (_div_for_bf16 in the prelude): the bf16 results are eager's bit for bit, and the fast
     path costs half of div.rn's instructions. Only on the GPU (the interpreter cannot run PTX), and only where
     each thread holds a multiple of the four lanes the PTX block takes."""
-    readers: dict = {}
-    for n in kb.nodes:
-        for o in n.operands + tuple(b for b in n.body if isinstance(b, KValue)):
-            readers.setdefault(o.uid, []).append(n)
-    stored = {id(v) for _, v in kb.stores}
+    readers, stored = _readers_and_stored(kb)
     for n in list(kb.nodes):
         if not (n.kind == "op" and n.template == _DIV and n.dtype == torch.float32 and n.full):
             continue
