@@ -75,8 +75,11 @@ def test_interpreter_keeps_ieee_division():
     assert ("_div_for_bf16(v" in source) == (DEVICE.type == "cuda")
 
 
-def test_bf16_softmax_with_special_rows_has_eagers_bits():
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_bf16_softmax_with_special_rows_has_eagers_bits(layout):
     x = make((12, 1000), torch.bfloat16) * 30
+    if layout == "transposed":  # column-major rows: the kernel reads stride-12 elements along a row
+        x = x.t().contiguous().t()
     x[0, 5] = float("nan")
     x[1, :] = float("-inf")
     x[2, 7] = float("inf")
@@ -91,6 +94,7 @@ def test_bf16_softmax_with_special_rows_has_eagers_bits():
     t = x.float()
     e = torch.exp(t - t.amax(1, keepdim=True))
     ref = (e / e.sum(1, keepdim=True)).bfloat16()
+    assert out.shape == ref.shape and out.dtype == ref.dtype and out.stride() == ref.stride()
     assert torch.equal(out.view(torch.int16), ref.view(torch.int16))
 
 

@@ -267,24 +267,35 @@ def _one_or_two_levels(x, reduction):
     t = x.float()
     e = torch.exp(t - t.amax(1, keepdim=True))
     ref = t * t.sum(1, keepdim=True) if reduction == "sum" else e / e.sum(1, keepdim=True)
-    torch.testing.assert_close(out, ref.bfloat16(), atol=1e-2, rtol=1e-2)
+    # (values, shape, dtype and strides; another reduction order may round a bf16 output one ulp apart)
+    assert_same(out, ref.bfloat16(), atol=1e-2, rtol=1e-2)
     return fd.last_runtime().kernel_step(0).plan
 
 
+def _bf16_rows(rows, cols, layout):
+    """bf16 rows with NaN, inf and -0.0 in them; "sliced": a column window of a wider tensor (row pitch cols + 7)."""
+    x = make((rows, cols), torch.bfloat16) if layout == "contiguous" else \
+        make((rows, cols + 7), torch.bfloat16)[:, 3:cols + 3]
+    x[0, cols - 1], x[1, 0], x[-1, :] = float("nan"), float("inf"), -0.0
+    return x
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "sliced"])
 @pytest.mark.parametrize("reduction, tiles, warps", [("sum", 3, 8), ("softmax", 5, 4)])
-def test_rows_of_two_levels_take_narrower_tiles_and_fewer_warps(reduction, tiles, warps):
+def test_rows_of_two_levels_take_narrower_tiles_and_fewer_warps(reduction, tiles, warps, layout):
     # A row of 5000 bf16: one reduction walks 3 tiles of 2048 with 8 warps; two dependent reductions (softmax)
     # 5 tiles of 1024 (less masked waste) with 4 warps (fewer cross-warp meetings per level).
-    plan = _one_or_two_levels(make((4, 5000), torch.bfloat16), reduction)
+    plan = _one_or_two_levels(_bf16_rows(4, 5000, layout), reduction)
     assert plan.mode == "looped" and plan.num_warps == warps
     assert f"tl.static_range(0, {tiles} * BLOCK_C" in plan.source
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "sliced"])
 @pytest.mark.parametrize("reduction, rows, warps", [("sum", 2, 4), ("softmax", 1, 1)])
-def test_persistent_rows_of_two_levels_run_32_bf16_elements_per_thread(reduction, rows, warps):
+def test_persistent_rows_of_two_levels_run_32_bf16_elements_per_thread(reduction, rows, warps, layout):
     # Rows of 1024 bf16: one reduction, 2 rows per program on 4 warps (plan.TUNING's table); two dependent
     # reductions, 1 row on 1 warp (32 elements per thread: one cross-warp meeting fewer per level).
-    plan = _one_or_two_levels(make((8, 1024), torch.bfloat16), reduction)
+    plan = _one_or_two_levels(_bf16_rows(8, 1024, layout), reduction)
     assert (plan.mode, plan.block_r, plan.num_warps) == ("persistent", rows, warps)
 
 
