@@ -634,13 +634,14 @@ def _prepare_cutlass_nvfp4_grouped_mm(node, mat1, mat2, scale1, scale2, alpha, p
                        to_torch_dtype(dtype), shapes=(m, n, k, g), check=check)
     offsets = PreparedGroupCheck(check)
     capacity = ops.scale1_capacity(scale1)
+    fused_check = gemm.fuses_check  # (decided once: the decode form runs the device check in its own launch)
     flag_views: dict = {}  # (flags, slot) -> the one int32 flag the launch ORs into
 
     def run(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, dtype):
         if ops.scale1_capacity(scale1) != capacity:  # another storage behind the same view: checked anew
             return _cutlass_nvfp4_grouped_mm_for(node, mat1, mat2, scale1, scale2, alpha, problem_sizes,
                                                  expert_offsets, sf_offsets, dtype)
-        if not gemm.fuses_check:
+        if not fused_check:
             offsets(expert_offsets, sf_offsets, problem_sizes)
             return gemm(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
         # The device check runs inside the GEMM's launch (program 0), one launch fewer per call.
