@@ -308,6 +308,71 @@ def test_a_bound_launch_keys_its_specializations_by_alignment_and_integer_scalar
     assert len(compiles) == 5 and len(runs) == 5  # (a first launch of a specialization goes through the JIT)
 
 
+class CudaLauncher:
+    """Stands for Triton 3.6's compiled launcher: a C ``launch`` behind a Python ``__call__`` that adds scratch."""
+
+    def __init__(self, calls, global_scratch_size=0, profile_scratch_size=0):
+        self.calls = calls
+        self.global_scratch_size, self.profile_scratch_size = global_scratch_size, profile_scratch_size
+        self.launch_cooperative_grid, self.launch_pdl = False, True
+
+    def launch(self, *args):
+        self.calls.append(("launch", *args))
+
+    def __call__(self, *args):
+        self.calls.append(("__call__", *args))
+
+
+class _CompiledWith:
+    function, packed_metadata = "function", "metadata"
+
+    def __init__(self, run):
+        self.run = run
+
+
+def test_a_compiled_launcher_without_scratch_is_called_at_its_c_launch(monkeypatch):
+    """compiled_runner: the C launch with the arguments CudaLauncher.__call__ would pass it (no scratch: None
+    pointers, the kernel's launch flags); a kernel with scratch, or another launcher, is called as it is."""
+    from pyfuser.codegen import launcher as launcher_mod
+
+    calls = []
+    run, head = launcher_mod.compiled_runner(_CompiledWith(CudaLauncher(calls)))
+    run(3, 1, 1, 77, *head, 10, 20)
+    assert calls[-1] == ("launch", 3, 1, 1, 77, "function", False, True, None, None, "metadata", None, None, None,
+                         10, 20)
+    for scratch in (dict(global_scratch_size=256), dict(profile_scratch_size=64)):
+        run, head = launcher_mod.compiled_runner(_CompiledWith(CudaLauncher(calls, **scratch)))
+        run(3, 1, 1, 77, *head, 10)
+        assert calls[-1] == ("__call__", 3, 1, 1, 77, "function", "metadata", None, None, None, 10)
+    # Through a bound launch: the first call compiles (the JIT), later ones reach the C launch.
+    monkeypatch.setattr(launcher_mod.BoundLaunch, "_launch", lambda self, t, s, j: _CompiledWith(CudaLauncher(calls)))
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 5, raising=False)
+    monkeypatch.setattr(launcher_mod, "_launch_hooks_installed", lambda: False)
+    bound = launcher_mod.Launcher(None, 4).bind((2,), (9,), torch.device("cuda", 0))
+    t = torch.empty(16)
+    bound([t])
+    bound([t])
+    assert calls[-1] == ("launch", 2, 1, 1, 5, "function", False, True, None, None, "metadata", None, None, None,
+                         t.data_ptr(), 9)
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="Triton's compiled launchers exist on CUDA only")
+def test_cached_generated_kernels_launch_through_the_c_launch_of_triton():
+    """On the installed Triton, a cached call's bound launches hold the compiled launcher's C ``launch`` (none of
+    pyfuser's generated kernels has global or profile scratch), and give eager's values."""
+    fd = _build(_scaled)
+    a = make([33, 65])
+    for _ in range(2):
+        (out,) = fd.execute([a, 2, 0.5])
+    torch.testing.assert_close(out, (a + 2) * 0.5, rtol=0, atol=0)
+    steps = _kernel_steps(fd)
+    assert steps
+    for step in steps:
+        runners = list(step.launch._compiled.values())
+        assert runners and all(type(run).__name__ == "builtin_function_or_method" and run.__name__ == "launch"
+                               for run, _ in runners)
+
+
 # --- the last runtime's input guard (runtime/input_guard.py) ---------------------------------------------------
 
 
