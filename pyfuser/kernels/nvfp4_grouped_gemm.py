@@ -635,7 +635,6 @@ def _prepare_cutlass_nvfp4_grouped_mm(node, mat1, mat2, scale1, scale2, alpha, p
     offsets = PreparedGroupCheck(check)
     capacity = ops.scale1_capacity(scale1)
     fused_check = gemm.fuses_check  # (decided once: the decode form runs the device check in its own launch)
-    flag_views: dict = {}  # (flags, slot) -> the one int32 flag the launch ORs into
 
     def run(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, dtype):
         if ops.scale1_capacity(scale1) != capacity:  # another storage behind the same view: checked anew
@@ -645,13 +644,7 @@ def _prepare_cutlass_nvfp4_grouped_mm(node, mat1, mat2, scale1, scale2, alpha, p
             offsets(expert_offsets, sf_offsets, problem_sizes)
             return gemm(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
         # The device check runs inside the GEMM's launch (program 0), one launch fewer per call.
-        where = offsets.device_slot(expert_offsets, sf_offsets, problem_sizes)
-        flag = None
-        if where is not None:
-            key = (where[0].data_ptr(), where[1])
-            flag = flag_views.get(key)
-            if flag is None:
-                flag = flag_views[key] = where[0][where[1]:where[1] + 1]
+        flag = offsets.device_flag(expert_offsets, sf_offsets, problem_sizes)
         return gemm(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, check_flags=flag)
 
     return run

@@ -163,13 +163,18 @@ def attach_device_flags(prepare: Callable) -> None:
 class PreparedGroupCheck:
     """The value check of one check site (:func:`check_group_offsets`) for offsets of fixed metadata, as a prepared
     op kernel calls it on every call: the device check's launch is prepared at its first use, so a call only reads
-    the mode, takes an error slot and launches (or, in the other modes, reads the values or does nothing)."""
+    the mode, takes an error slot and launches (or, in the other modes, reads the values or does nothing).
 
-    __slots__ = ("check", "_device_flags")
+    An op kernel that runs the check inside its own launch (the NVFP4 layout op, grouped quantize and decode GEMM:
+    program 0 computes ``group_offsets_check.group_offsets_bits``) calls :meth:`device_flag` instead of the
+    check itself, and launches with the flag it returns."""
+
+    __slots__ = ("check", "_device_flags", "_flag_views")
 
     def __init__(self, check: GroupCheck):
         self.check = check
         self._device_flags = None
+        self._flag_views: dict = {}  # (the flags' address, slot) -> the one-element int32 view of that slot
 
     def __call__(self, starts: torch.Tensor, outs: Optional[torch.Tensor] = None,
                  sizes: Optional[torch.Tensor] = None) -> None:
@@ -180,6 +185,21 @@ class PreparedGroupCheck:
         if flags_fn is None:
             flags_fn = self._device_flags = _prepare_device_flags(self.check, starts, outs, sizes)
         flags_fn(starts, outs, sizes, *where)
+
+    def device_flag(self, starts: torch.Tensor, outs: Optional[torch.Tensor] = None,
+                    sizes: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+        """:meth:`device_slot` as an op kernel that runs the check in its own launch wants it: the one int32 flag
+        (a one-element view of ``flags[slot]``, made once per flags and slot) that its launch ORs the check's bits
+        into; None where the check is off or was done on the host (then the launch runs without the check)."""
+        where = self.device_slot(starts, outs, sizes)
+        if where is None:
+            return None
+        flags, slot = where
+        key = (flags.data_ptr(), slot)
+        flag = self._flag_views.get(key)
+        if flag is None:  # (the view keeps the flags alive: their address is not reused while it is cached)
+            flag = self._flag_views[key] = flags[slot:slot + 1]
+        return flag
 
     def device_slot(self, starts: torch.Tensor, outs: Optional[torch.Tensor] = None,
                     sizes: Optional[torch.Tensor] = None) -> Optional[tuple[torch.Tensor, int]]:
