@@ -535,6 +535,96 @@ def test_launchers_never_read_tensor_values_on_the_host():
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# The offsets' device check inside the layout and grouped quantize launches (CHECK: program 0 ORs its bits)
+# ---------------------------------------------------------------------------------------------------------------
+
+# tokens (7, 0, 33): m = 40, starts [0, 7, 7], outs [0, 128, 128], a buffer of 40 + 127*3 = 421 rows.
+FUSED_CHECK_OFFSETS = {
+    "good": ([0, 7, 7], [0, 128, 128]),
+    "gaps": ([0, 7, 7], [3, 140, 280]),
+    "decreasing": ([0, 30, 7], [0, 128, 256]),
+    "first-not-0": ([1, 7, 7], [0, 128, 128]),
+    "negative-start": ([-1, 7, 7], [0, 128, 256]),
+    "last-past-m": ([0, 7, 41], [0, 128, 256]),
+    "overlap": ([0, 7, 7], [0, 100, 256]),
+    "capacity": ([0, 7, 7], [0, 128, 300]),
+    "negative-out": ([0, 7, 7], [-1, 128, 256]),
+    "both": ([0, 30, 7], [0, 0, 0]),
+}
+
+
+def _offsets_as(values, dtype, strided):
+    t = torch.tensor([v for v in values for _ in range(2 if strided else 1)], dtype=dtype, device=DEVICE)
+    return t[::2] if strided else t
+
+
+@pytest.mark.parametrize("op", ["layout", "quantize"])
+@pytest.mark.parametrize("case", list(FUSED_CHECK_OFFSETS))
+@pytest.mark.parametrize("dtype, strided, wide", [(torch.int32, False, False), (torch.int64, False, False),
+                                                  (torch.int32, True, False), (torch.int32, False, True)],
+                         ids=["i32", "i64", "strided", "wide"])
+def test_fused_offsets_check_bits_equal_the_check_kernel(op, case, dtype, strided, wide, monkeypatch):
+    """The CHECK launch ORs into its flag exactly the bits the offsets' own check launch (and its torch form) gives,
+    keeping bits already set, and touches no other flag; its results are the plain launch's, bit for bit (the
+    grouped quantize's scale buffer only for good offsets: bad ones leave some of it unwritten)."""
+    from pyfuser.kernels.group_offsets_check import prepare_group_offsets_flags
+    from pyfuser.ops import offset_checks
+
+    if wide:  # int64 positions (buffers or inputs of 2**31 units or more), forced on small tensors
+        monkeypatch.setattr(lk, "_INT32_LIMIT", 0)
+    starts, outs = (_offsets_as(v, dtype, strided) for v in FUSED_CHECK_OFFSETS[case])
+    x = make((40, 6), FP8) if op == "layout" else special_values(40, 48, torch.bfloat16)
+    c = offset_checks.GroupCheck("op", 40, capacity=40 + 127 * 3)  # (the ops' check: ops.offsets_check, int32 only)
+    want = int(offset_checks.torch_flags(c, starts, outs, None))
+    separate = torch.zeros(2, dtype=torch.int32, device=DEVICE)
+    prepare_group_offsets_flags(c, starts, outs, None)(starts, outs, None, separate, 1)
+    assert separate.tolist() == [0, want]
+    assert (want != 0) == (case not in ("good", "gaps"))
+    flags = torch.tensor([0, 8, 0], dtype=torch.int32, device=DEVICE)  # bit 8: set by an earlier call
+    if op == "layout":
+        prepared = lk.LayoutOp(x, starts, outs, check=c)
+        assert prepared.fuses_check
+        plain, got = prepared(x, starts, outs), prepared(x, starts, outs, flags[1:2])
+        assert_layout_equal(got, plain, 3)
+    else:
+        prepared = lk.BlockQuantize(x, None, starts, outs, check=c)
+        assert prepared.fuses_check
+        plain, got = prepared(x, None, starts, outs), prepared(x, None, starts, outs, flags[1:2])
+        assert torch.equal(got[0].view(torch.uint8), plain[0].view(torch.uint8))
+        if not want:
+            assert_layout_equal(got[1], plain[1], 3)
+    assert flags.tolist() == [0, want | 8, 0]
+
+
+def test_fused_offsets_check_without_quantize_programs():
+    """A grouped quantize of no rows launches only the programs that zero the scale buffer: program 0 of those
+    runs the check."""
+    from pyfuser.ops import narrow_precision
+
+    x = torch.empty(0, 32, device=DEVICE)
+    starts, outs = _offsets_as([0, 1], torch.int32, False), _offsets_as([0, 128], torch.int32, False)
+    prepared = lk.BlockQuantize(x, None, starts, outs, check=narrow_precision.offsets_check("op", 0, starts, outs))
+    assert prepared.launch.bound.grid[0] > 0 and prepared.fuses_check
+    flags = torch.zeros(1, dtype=torch.int32, device=DEVICE)
+    packed, scales = prepared(x, None, starts, outs, flags)
+    assert flags.tolist() == [1] and packed.shape == (0, 16) and not buffer_bits(scales, 2).any()
+
+
+def test_no_fused_check_without_a_launch_or_a_grouped_layout():
+    """Nothing to launch (no columns) or no offsets (plain and swizzled quantize): no launch carries a check."""
+    from pyfuser.ops import narrow_precision
+
+    starts, outs = offsets([3, 1])
+    c = narrow_precision.offsets_check("op", 4, starts, outs)
+    assert not lk.LayoutOp(make((4, 0), FP8), starts, outs, check=c).fuses_check
+    assert not lk.BlockQuantize(make((4, 0)), None, starts, outs, check=c).fuses_check
+    assert lk.LayoutOp(make((4, 4), FP8), starts, outs, check=c).fuses_check
+    assert not lk.LayoutOp(make((4, 4), FP8), starts, outs).fuses_check
+    assert not lk.BlockQuantize(make((4, 32)), swizzle=True).fuses_check
+    assert not lk.BlockQuantize(make((4, 32))).fuses_check
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Ahead-of-time compile for the H200 (sm_90)
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -549,30 +639,46 @@ COMPILE = textwrap.dedent(
         src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs)
         return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps}).asm["ptx"]
 
-    report = {}
-    for unit_log2, wide in ((2, False), (0, True)):
+    # (CHECK: program 0 also runs the offsets' device check and ORs its bits into flags_ptr; the variants without
+    # it give it False and any pointer)
+    check_sig = {"flags_ptr": "*i32", "check_m": "i32", "check_capacity": "i32", "CHECK": "constexpr",
+                 "CHECK_EVERY_ROW": "constexpr", "CHECK_BLOCK": "constexpr"}
+
+    def check_consts(check):
+        return {"CHECK": check, "CHECK_EVERY_ROW": check, "CHECK_BLOCK": 16}
+
+    report, stores = {}, {}
+    for unit_log2, wide, check in ((2, False, False), (0, True, False), (2, False, True), (0, True, True)):
         sig = {"in_ptr": "*i32" if unit_log2 else "*u8", "in_offsets_ptr": "*i32", "out_offsets_ptr": "*i32",
                "out_ptr": "*i32" if unit_log2 else "*u8", "m": "i32", "k_units": "i32", "g": "i32",
                "stride_m": "i64", "stride_k": "i32", "pk_units": "i32", "n_rows": "i32", "LOG2_G": "constexpr",
-               "UNIT_LOG2": "constexpr", "BLOCK_R": "constexpr", "BLOCK_C": "constexpr", "WIDE": "constexpr"}
-        consts = {"LOG2_G": 3, "UNIT_LOG2": unit_log2, "BLOCK_R": 32, "BLOCK_C": 64, "WIDE": wide}
-        report[f"layout-{unit_log2}-{wide}"] = "st.global" in compile_ptx(lk._layout_op_kernel, sig, consts)
-    variants = (("fp32", 0, 0, False, False), ("i32", 1, 1, True, False), ("i32", 2, 2, True, False),
-                ("i64", 2, 3, False, True))
-    for xdtype, layout, fmt, has_gs, wide in variants:
+               "UNIT_LOG2": "constexpr", "BLOCK_R": "constexpr", "BLOCK_C": "constexpr", "WIDE": "constexpr",
+               **check_sig}
+        consts = {"LOG2_G": 3, "UNIT_LOG2": unit_log2, "BLOCK_R": 32, "BLOCK_C": 64, "WIDE": wide,
+                  **check_consts(check)}
+        ptx = compile_ptx(lk._layout_op_kernel, sig, consts)
+        report[f"layout-{unit_log2}-{wide}-{check}"] = "st.global" in ptx
+        stores[f"layout-{unit_log2}-{wide}-{check}"] = ptx.count("st.global")
+    variants = (("fp32", 0, 0, False, False, False), ("i32", 1, 1, True, False, False),
+                ("i32", 2, 2, True, False, False), ("i64", 2, 3, False, True, False),
+                ("i32", 2, 2, True, False, True), ("i64", 2, 3, False, True, True))
+    for xdtype, layout, fmt, has_gs, wide, check in variants:
         sig = {"x_ptr": "*" + xdtype, "gs_ptr": "*fp32", "packed_ptr": "*u8", "scales_ptr": "*u8",
                "units_ptr": "*i32", "in_offsets_ptr": "*i32", "out_offsets_ptr": "*i32", "M": "i32", "K": "i32",
                "g": "i32", "stride_m": "i32", "stride_k": "i32", "pk": "i32", "scales_numel": "i64",
                "n_rows": "i32", "quant_programs": "i32", "k_tiles": "i32", "z_cols": "i32",
                "HAS_GS": "constexpr", "SCALE_LAYOUT": "constexpr", "X_FORMAT": "constexpr", "LOG2_G": "constexpr",
                "BLOCK_SIZE": "constexpr", "BLOCK_M": "constexpr", "BLOCK_K": "constexpr", "TILES": "constexpr",
-               "WIDE": "constexpr", "UNIT_LOG2": "constexpr", "ZERO_R": "constexpr", "ZERO_C": "constexpr"}
+               "WIDE": "constexpr", "UNIT_LOG2": "constexpr", "ZERO_R": "constexpr", "ZERO_C": "constexpr",
+               **check_sig}
         consts = {"HAS_GS": has_gs, "SCALE_LAYOUT": layout, "X_FORMAT": fmt, "LOG2_G": 2, "BLOCK_SIZE": 16,
-                  "BLOCK_M": 4, "BLOCK_K": 512, "TILES": 2, "WIDE": wide, "UNIT_LOG2": 2, "ZERO_R": 32, "ZERO_C": 64}
+                  "BLOCK_M": 4, "BLOCK_K": 512, "TILES": 2, "WIDE": wide, "UNIT_LOG2": 2, "ZERO_R": 32, "ZERO_C": 64,
+                  **check_consts(check)}
         ptx = compile_ptx(lk._block_quantize_kernel, sig, consts, num_warps=2)
-        report[f"quantize-{xdtype}-{layout}-{fmt}"] = sorted(
-            set(re.findall(r"\\b(div\\.[a-z0-9.]+|max\\.[A-Za-z0-9.]+)", ptx)))
-    print(json.dumps(report))
+        name = f"quantize-{xdtype}-{layout}-{fmt}" + ("-check" if check else "")
+        report[name] = sorted(set(re.findall(r"\\b(div\\.[a-z0-9.]+|max\\.[A-Za-z0-9.]+)", ptx)))
+        stores[name] = ptx.count("st.global")
+    print(json.dumps({"report": report, "stores": stores}))
     """
 )
 
@@ -582,9 +688,16 @@ def test_kernels_compile_for_sm90():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", COMPILE], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert report.pop("layout-2-False") and report.pop("layout-0-True")
-    assert len(report) == 4
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    report, stores = out["report"], out["stores"]
+    assert all(report.pop(f"layout-{v}-{c}") for v in ("2-False", "0-True") for c in (False, True))
+    assert len(report) == 6
+    # The launches that run the offsets' check store one thing more (program 0's flag) than those without it.
+    for without, with_check in (("layout-2-False-False", "layout-2-False-True"),
+                                ("layout-0-True-False", "layout-0-True-True"),
+                                ("quantize-i32-2-2", "quantize-i32-2-2-check"),
+                                ("quantize-i64-2-3", "quantize-i64-2-3-check")):
+        assert stores[with_check] > stores[without], (with_check, stores)
     for variant, instrs in report.items():
         # Bit-exactness on the GPU: IEEE divisions (Triton's plain "/" is the approximate div.full.f32) and a
         # NaN-propagating block max.

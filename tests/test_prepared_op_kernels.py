@@ -357,6 +357,155 @@ def test_gemm_runs_its_device_check_in_its_own_launch(device_checks, monkeypatch
     assert_identical(fd.execute(good, _disable_options=["offset_checks"]), want)
 
 
+# Bad offsets of the layout op ([40, 6] input, tokens (7, 0, 33): starts [0, 7, 7], outs [0, 128, 128], a buffer
+# of 40 + 127*3 = 421 rows) and of the grouped quantize ([24, 48] input, tokens (5, 19, 0): starts [0, 5, 24],
+# outs [0, 128, 256], 405 rows), each with the message of the bit it sets (device) and the host check's (sync).
+_STARTS_BAD = r"input_offsets must be non-decreasing start rows in \[0, {m}\] starting at 0"
+_OUTS_BAD = (r"output_offsets must place each group's rows, padded to a multiple of 128, in order without overlap "
+             r"inside the block-scales \(the buffer's m \+ 127\*g = {cap} rows\)")
+_FUSED_BAD = [
+    ("layout op", "decreasing starts", [0, 30, 7], None, _STARTS_BAD.format(m=40),
+     r"input_offsets must be non-decreasing start rows in \[0, 40\], got \[0, 30, 7\]"),
+    ("layout op", "first start not 0", [1, 7, 7], None, _STARTS_BAD.format(m=40),
+     r"input_offsets must start at 0 .*got \[1, 7, 7\]"),
+    ("layout op", "outs overlapping", None, [0, 100, 256], _OUTS_BAD.format(cap=421),
+     r"output_offsets \[0, 100, 256\] overlap: group 1 starts at row 100"),
+    ("layout op", "capacity exceeded", None, [0, 128, 300], _OUTS_BAD.format(cap=421),
+     r"output_offsets \[0, 128, 300\] need 428 block-scale rows, but the buffer's m \+ 127\*g = 421 rows"),
+    ("grouped quantize", "decreasing starts", [0, 30, 24], None, _STARTS_BAD.format(m=24),
+     r"input_offsets must be non-decreasing start rows in \[0, 24\], got \[0, 30, 24\]"),
+    ("grouped quantize", "outs overlapping", None, [0, 100, 256], _OUTS_BAD.format(cap=405),
+     r"output_offsets \[0, 100, 256\] overlap: group 1 starts at row 100"),
+    ("grouped quantize", "capacity exceeded", None, [0, 300, 428], _OUTS_BAD.format(cap=405),
+     r"output_offsets \[0, 300, 428\] need 428 block-scale rows, but the buffer's m \+ 127\*g = 405 rows"),
+]
+
+
+def _no_check_launch(monkeypatch):
+    """From now on, preparing the offsets' own check launch fails the test."""
+    from pyfuser.ops import offset_checks
+
+    def no_check_launch(*args):
+        raise AssertionError("the offsets' check kernel was prepared: the op's launch should run the check itself")
+
+    monkeypatch.setattr(offset_checks, "_prepare_device_flags", no_check_launch)
+
+
+@pytest.mark.parametrize("case, what, starts, outs, match, sync_match", _FUSED_BAD,
+                         ids=[f"{c}: {w}" for c, w, *_ in _FUSED_BAD])
+def test_layout_and_grouped_quantize_run_their_device_check_in_their_own_launch(case, what, starts, outs, match,
+                                                                               sync_match, device_checks,
+                                                                               monkeypatch):
+    """The layout op's program (0, 0) and the grouped quantize's program 0 check the offsets (group_offsets_bits):
+    no check kernel is prepared or launched, bad offsets are reported by the next call with the message the
+    check's own launch gave, the flags are then clear, and the results are those of the unprepared kernel (which
+    launches the check separately), bit for bit."""
+    name, define, inputs = CASES[case]()
+    good = inputs(0)
+    bad = [good[0], good[1] if starts is None else _i32(starts), good[2] if outs is None else _i32(outs)]
+    plain_want = define().execute(good)  # (prepared too: computed before the check launch is forbidden)
+    _no_check_launch(monkeypatch)
+    fd = define()
+    want = fd.execute(good)
+    assert_identical(want, plain_want)
+    fd.execute(bad)  # flagged by the op's own launch
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+    with pytest.raises(FusionExecutionError, match=f"fd.ops.{name}: {match} \\(found on the device by an earlier"):
+        fd.execute(good)
+    assert_identical(fd.execute(good), want)  # reported once: the flags are clear
+    # Checks off: nothing checks (no error now, none reported later); the results of good offsets unchanged.
+    fd.execute(bad, _disable_options=["offset_checks"])
+    assert_identical(fd.execute(good, _disable_options=["offset_checks"]), want)
+    assert_identical(fd.execute(good), want)
+    # On the host (sync_offset_checks) a problem still raises at once, with the values.
+    with pytest.raises(FusionExecutionError, match=f"fd.ops.{name}: {sync_match}"):
+        fd.execute(bad, _enable_options=["sync_offset_checks"])
+    assert_identical(fd.execute(good), want)
+
+
+def test_device_flag_is_one_view_per_flags_and_slot():
+    """PreparedGroupCheck.device_flag (what the three ops that run the check in their own launch ask for): in
+    device mode the one-element view of the call's slot, made once per flags and slot; None with checks off, and
+    None after a host check, which raises at once on bad offsets."""
+    from pyfuser.ops import offset_checks, run_context
+    from pyfuser.runtime.device_errors import DeviceErrorSink
+
+    starts, outs = _offsets_inputs((7, 0, 33))
+    check = narrow_precision.offsets_check(LAYOUT, 40, starts, outs)
+    prepared = offset_checks.PreparedGroupCheck(check)
+    sink, views = DeviceErrorSink(), []
+    for call in range(2):
+        token = run_context.enter(run_context.RunContext(starts.device, errors=sink))
+        try:
+            views.append([prepared.device_flag(starts, outs) for _ in range(2)])  # slots 0 and 1 of this call
+        finally:
+            run_context.leave(token)
+    flags = sink.host_flags(starts.device, 0, check)
+    for slot, (first, second) in enumerate(zip(*views)):
+        assert first is second  # (the same view, call after call)
+        assert first.shape == (1,) and first.dtype == torch.int32 and first.data_ptr() == flags[slot:].data_ptr()
+    for mode, bad, expect in ((run_context.OFFSET_CHECKS_OFF, True, None),
+                              (run_context.OFFSET_CHECKS_SYNC, False, None),
+                              (run_context.OFFSET_CHECKS_SYNC, True, FusionExecutionError)):
+        token = run_context.enter(run_context.RunContext(starts.device, mode, errors=sink))
+        try:
+            args = (starts, _i32([0, 100, 256])) if bad else (starts, outs)
+            if expect is None:
+                assert prepared.device_flag(*args) is None
+            else:
+                with pytest.raises(expect, match="output_offsets \\[0, 100, 256\\] overlap"):
+                    prepared.device_flag(*args)
+        finally:
+            run_context.leave(token)
+
+
+@pytest.mark.parametrize("case", ["layout op", "grouped quantize"])
+def test_fused_device_check_results_equal_the_unprepared_kernel(case, device_checks, monkeypatch):
+    """Call after call with new values, the launch that also runs the check gives exactly what the unprepared
+    kernel (plain launch, check launched on its own) gives."""
+    name, define, inputs = CASES[case]()
+    prepared = define()
+    want = [prepared.execute(inputs(seed)) for seed in range(3)]
+    unprepared(monkeypatch, name)
+    plain = define()
+    for seed, w in enumerate(want):
+        assert_identical(w, plain.execute(inputs(seed)))
+
+
+@pytest.mark.parametrize("case", ["layout op", "grouped quantize"])
+def test_host_checks_raise_at_once_without_a_check_launch(case, monkeypatch):
+    """Where the run collects no device flags (a CPU runtime) the values are read at once, and a problem raises in
+    the offending call; the op's launch then runs without the check (no flag to OR into)."""
+    if DEVICE.type == "cuda":
+        pytest.skip("CUDA runtimes check on the device")
+    name, define, inputs = CASES[case]()
+    fd = define()
+    good = inputs(0)
+    want = fd.execute(good)
+    _no_check_launch(monkeypatch)
+    with pytest.raises(FusionExecutionError, match=f"fd.ops.{name}: output_offsets .* overlap"):
+        fd.execute([good[0], good[1], _i32([0, 100, 256])])
+    assert_identical(fd.execute(good), want)
+
+
+@pytest.mark.parametrize("case", ["layout op", "grouped quantize"])
+def test_no_launch_still_checks_the_offsets(case, device_checks):
+    """An input with no columns has nothing to launch (the op's results are empty): the check then takes its own
+    launch, and bad offsets are still reported by the next call."""
+    name, define, inputs = CASES[case]()
+    fd = define()
+    good = inputs(0)
+    good[0] = good[0][:, :0]
+    want = fd.execute(good)
+    fd.execute([good[0], _i32([0, 30, 7]), good[2]])
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+    with pytest.raises(FusionExecutionError, match=r"input_offsets must be non-decreasing.*found on the device"):
+        fd.execute(good)
+    assert_identical(fd.execute(good), want)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # the MoE layer: every prepared kernel at once (load prologues, the counting sort's launch, GEMMs)
 
@@ -373,6 +522,38 @@ def test_moe_layer_prepared_equals_unprepared(monkeypatch):
     xs = [torch.randn(6, cfg.hidden, generator=torch.Generator().manual_seed(s)).to(DEVICE, torch.bfloat16)
           for s in range(3)]
     outs = [prepared(x) for x in xs]
+    for name in (LAYOUT, QUANT, GROUPED, GEMM):
+        unprepared(monkeypatch, name)
+    plain = moe.MoENVFP4(cfg, weights)
+    for x, out in zip(xs, outs):
+        assert_identical([out], [plain(x)])
+
+
+def test_moe_layer_runs_its_offsets_checks_in_its_ops_launches(device_checks, monkeypatch):
+    """With device checks, each of the MoE layer's four offsets checks (two grouped quantizes through load
+    prologues, two decode GEMMs) runs inside its op's launch: no check kernel is prepared, every call asks for the
+    four flags, and the results are those of the unprepared ops (which launch the checks separately)."""
+    from pyfuser.demo import moe_nvfp4 as moe
+    from pyfuser.ops import offset_checks
+
+    cfg = moe.MoEConfig(hidden=128, intermediate=64, experts=4, top_k=2)
+    weights = moe.quantize_weights(moe.make_weights(cfg, DEVICE))
+    xs = [torch.randn(6, cfg.hidden, generator=torch.Generator().manual_seed(s)).to(DEVICE, torch.bfloat16)
+          for s in range(2)]
+    separate = offset_checks._prepare_device_flags
+    flags_asked = collections.Counter()
+    device_flag = offset_checks.PreparedGroupCheck.device_flag
+
+    def counting(self, *args):
+        flags_asked[self.check.op] += 1
+        return device_flag(self, *args)
+
+    monkeypatch.setattr(offset_checks.PreparedGroupCheck, "device_flag", counting)
+    _no_check_launch(monkeypatch)
+    prepared = moe.MoENVFP4(cfg, weights)
+    outs = [prepared(x) for x in xs]
+    assert flags_asked == {GROUPED: 2 * len(xs), GEMM: 2 * len(xs)}
+    monkeypatch.setattr(offset_checks, "_prepare_device_flags", separate)
     for name in (LAYOUT, QUANT, GROUPED, GEMM):
         unprepared(monkeypatch, name)
     plain = moe.MoENVFP4(cfg, weights)

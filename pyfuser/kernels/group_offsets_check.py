@@ -19,7 +19,8 @@ def group_offsets_bits(starts_ptr, outs_ptr, sizes_ptr, g, m, capacity, n, k, si
                        EVERY_ROW: tl.constexpr, HAS_OUTS: tl.constexpr, HAS_SIZES: tl.constexpr,
                        BLOCK: tl.constexpr):
     """The check's bit mask (offset_checks.STARTS_BAD | OUTS_BAD | SIZES_BAD) over the g groups, as a scalar.
-    Also inlined into op kernels that read the same offsets (the NVFP4 GEMM's program 0), saving this launch."""
+    Also inlined into op kernels that read the same offsets (program 0 of the NVFP4 decode GEMM, the layout op and
+    the grouped quantize), saving this launch."""
     i = tl.arange(0, BLOCK)
     ok = i < g
     last = i == g - 1
@@ -60,6 +61,16 @@ def _group_offsets_check_kernel(starts_ptr, outs_ptr, sizes_ptr, flags_ptr, slot
 def check_block(g: int) -> int:
     """The BLOCK (lanes over the groups) of group_offsets_bits for g groups."""
     return max(next_pow2(g), 16)
+
+
+def fused_check_args(c, g: int) -> tuple[tuple[int, int], dict]:
+    """((check_m, check_capacity), the CHECK constexprs) of an NVFP4 layout or grouped quantize launch over g
+    groups: with ``c`` (an offset_checks.GroupCheck, no problem_sizes) its program 0 runs the check that
+    prepare_group_offsets_flags would launch, with the same extents; with None, the launch without it."""
+    if c is None:
+        return (0, 0), dict(CHECK=False, CHECK_EVERY_ROW=False, CHECK_BLOCK=16)
+    return ((c.m, c.capacity if c.capacity is not None else 0),
+            dict(CHECK=True, CHECK_EVERY_ROW=c.every_row, CHECK_BLOCK=check_block(g)))
 
 
 def prepare_group_offsets_flags(c, starts, outs, sizes):

@@ -13,6 +13,12 @@ the offsets' values, and ``global_scale`` is read by the kernel. So everything b
 arguments' metadata: :class:`LayoutOp` and :class:`BlockQuantize` hold one launch prepared for it (the ops'
 kernels keep one per input signature, OpDef.prepare); the functions above prepare and call one.
 
+The offsets' device check (ops/offset_checks.py) needs no launch of its own for the prepared layout op and grouped
+quantize: given the check (``check=``), they also bind the launch with constexpr CHECK, whose first program ORs
+``group_offsets_check.group_offsets_bits`` into the call's flag (``PreparedGroupCheck.device_flag``) before its own
+work. A call that checks on the device launches that variant; with checks off or done on the host, the plain one.
+With nothing to launch (no columns) the prepared op launches the check on its own.
+
 Layout op: OUTPUT-driven. Each program owns a [rows x columns] tile of the padded, swizzled buffer (a contiguous
 range of it when the tile spans whole buffer rows), finds for every position the input element it holds (or that it
 is padding) and writes it: every byte of the buffer is written exactly once, in wide contiguous stores, so there is
@@ -62,6 +68,7 @@ from ..codegen.prologue import LoadPrologue
 from ..ops import narrow_precision as ops
 from ..ops.offset_checks import PreparedGroupCheck
 from ..ops.registry import attach
+from .group_offsets_check import fused_check_args, group_offsets_bits
 
 # constexpr: jitted code may only read globals that are constexpr (the interpreter does not enforce it).
 FLOAT4_E2M1_MAX = tl.constexpr(6.0)
@@ -100,6 +107,16 @@ def _group_of(vals, offsets_ptr, g, LOG2_G: tl.constexpr):
         start = tl.load(offsets_ptr + cand, mask=in_range, other=0)
         e = tl.where(in_range & (start <= vals), cand, e)
     return e
+
+
+@triton.jit
+def _offsets_check(flags_ptr, in_offsets_ptr, out_offsets_ptr, g, check_m, check_capacity,
+                   EVERY_ROW: tl.constexpr, BLOCK: tl.constexpr):
+    """The call's device check of the offsets (group_offsets_check.py: the bits its own launch would compute, with
+    the same extents), ORed into the call's flag by the one program that calls this: no launch of its own."""
+    bits = group_offsets_bits(in_offsets_ptr, out_offsets_ptr, in_offsets_ptr, g, check_m, check_capacity, 0, 0, 0,
+                              EVERY_ROW, True, False, BLOCK)
+    tl.store(flags_ptr, tl.load(flags_ptr) | bits)  # (pinned host flags: sticky, as the check kernel's)
 
 
 @triton.jit
@@ -166,15 +183,19 @@ def _buffer_sources(brow, ucol, in_offsets_ptr, out_offsets_ptr, g, m, k_units, 
 # Layout op
 # ----------------------------------------------------------------------------------------------------------------
 
-@triton.jit
+@triton.jit(do_not_specialize=["check_m", "check_capacity"])
 def _layout_op_kernel(
-    in_ptr, in_offsets_ptr, out_offsets_ptr, out_ptr,
-    m, k_units, g, stride_m, stride_k, pk_units, n_rows,
+    in_ptr, in_offsets_ptr, out_offsets_ptr, out_ptr, flags_ptr,
+    m, k_units, g, stride_m, stride_k, pk_units, n_rows, check_m, check_capacity,
     LOG2_G: tl.constexpr, UNIT_LOG2: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
-    WIDE: tl.constexpr,
+    WIDE: tl.constexpr, CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
 ):
     # One [BLOCK_R, BLOCK_C] tile of the buffer (units of 2**UNIT_LOG2 elements, moved as raw integer bits, so
     # every dtype is copied exactly); padding is written as zeros.
+    if CHECK:  # the offsets' device check, by program (0, 0)
+        if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
+            _offsets_check(flags_ptr, in_offsets_ptr, out_offsets_ptr, g, check_m, check_capacity, CHECK_EVERY_ROW,
+                           CHECK_BLOCK)
     brow = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     ucol = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     if WIDE:  # int64 positions: a buffer or an input of 2**31 units or more
@@ -204,9 +225,13 @@ def layout_op(input: torch.Tensor, input_offsets: torch.Tensor, output_offsets: 
 class LayoutOp:
     """:func:`layout_op` for arguments of fixed metadata (sizes, strides, dtypes, device, alignment): checked, tiled
     and bound once; a call allocates the buffer and launches. The kernel moves raw integer units, so its pointers
-    are the tensors' own addresses: the integer views it takes are built only where Triton's JIT sees them."""
+    are the tensors' own addresses: the integer views it takes are built only where Triton's JIT sees them.
 
-    def __init__(self, input, input_offsets, output_offsets, *, block_rows=None, block_cols=None, num_warps=4):
+    ``check`` (an offset_checks.GroupCheck of these offsets): also bind the launch whose program (0, 0) runs the
+    offsets' device check (``fuses_check``; a call passes ``check_flags``), saving the check's own launch."""
+
+    def __init__(self, input, input_offsets, output_offsets, *, block_rows=None, block_cols=None, num_warps=4,
+                 check=None):
         _check_device(input, "layout_op")
         if input.dim() != 2:
             raise ValueError(f"layout_op: input must be 2-D [m, k], got shape {tuple(input.shape)}")
@@ -219,7 +244,7 @@ class LayoutOp:
         n_rows = m + 127 * g
         self.shape, self.dtype, self.device, self.numel = (m, k), input.dtype, input.device, n_rows * pk
         self.dense_offsets = input_offsets.stride(0) == 1 and output_offsets.stride(0) == 1
-        self.launch = None
+        self.launch = self.checked = None  # (nothing to launch: an empty buffer, k = 0)
         if self.numel == 0:
             return
         unit_log2 = _unit_log2(input)
@@ -230,26 +255,42 @@ class LayoutOp:
         pk_units = pk // unit
         bc, br = _layout_tile(pk_units, block_rows, block_cols)
         wide = max(self.numel // unit, m * abs(src.stride(0)) + k * abs(src.stride(1))) >= _INT32_LIMIT
-        self.launch = bound_launch(
-            _layout_op_kernel, (cdiv(n_rows, br), cdiv(pk_units, bc)),
-            (m, k // unit, g, src.stride(0), src.stride(1), pk_units, n_rows),
-            dict(LOG2_G=_log2_ceil(g), UNIT_LOG2=unit_log2, BLOCK_R=br, BLOCK_C=bc, WIDE=wide), num_warps,
-            device=input.device)
+
+        def bind(check):
+            check_ints, check_meta = fused_check_args(check, g)
+            return bound_launch(
+                _layout_op_kernel, (cdiv(n_rows, br), cdiv(pk_units, bc)),
+                (m, k // unit, g, src.stride(0), src.stride(1), pk_units, n_rows, *check_ints),
+                dict(LOG2_G=_log2_ceil(g), UNIT_LOG2=unit_log2, BLOCK_R=br, BLOCK_C=bc, WIDE=wide, **check_meta),
+                num_warps, device=input.device)
+
+        self.launch = bind(None)
+        if check is not None:
+            self.checked = bind(check)
+
+    @property
+    def fuses_check(self) -> bool:
+        """Whether a call can run the offsets' device check inside the layout's own launch (``check_flags``)."""
+        return self.checked is not None
 
     def _src(self, input: torch.Tensor) -> torch.Tensor:
         """The input as the kernel reads it: units of up to 4 elements as integers."""
         src = input.view(self.bits)
         return src if self.unit_bits is self.bits else src.view(self.unit_bits)
 
-    def __call__(self, input, input_offsets, output_offsets) -> torch.Tensor:
-        """The laid-out buffer of these arguments, which must have the metadata it was prepared for."""
+    def __call__(self, input, input_offsets, output_offsets, check_flags=None) -> torch.Tensor:
+        """The laid-out buffer of these arguments, which must have the metadata it was prepared for.
+        ``check_flags`` (with fuses_check): the int32 flag the launch ORs the offsets' check bits into."""
         storage = torch.empty(self.numel, dtype=self.dtype, device=self.device)
         if self.launch is not None:
             if not self.dense_offsets:
                 input_offsets, output_offsets = input_offsets.contiguous(), output_offsets.contiguous()
-            self.launch((input, input_offsets, output_offsets, storage), (),
-                        lambda: (self._src(input), input_offsets, output_offsets,
-                                 storage.view(self.bits).view(self.unit_bits)))
+            launch, flags = self.launch, input_offsets  # (without the check any pointer stands for the flags)
+            if check_flags is not None:
+                launch, flags = self.checked, check_flags
+            launch((input, input_offsets, output_offsets, storage, flags), (),
+                   lambda: (self._src(input), input_offsets, output_offsets,
+                            storage.view(self.bits).view(self.unit_bits), flags))
         m, k = self.shape
         return torch.as_strided(storage, (m, k), (k, 1))
 
@@ -498,15 +539,20 @@ def _zero_padding_tile(
 
 @triton.jit
 def _quantize_program(
-    pid, x_ptr, gs_ptr, packed_ptr, scales_ptr, units_ptr, in_offsets_ptr, out_offsets_ptr,
-    M, K, g, stride_m, stride_k, pk, scales_numel, n_rows, quant_programs, k_tiles, z_cols,
+    pid, x_ptr, gs_ptr, packed_ptr, scales_ptr, units_ptr, in_offsets_ptr, out_offsets_ptr, flags_ptr,
+    M, K, g, stride_m, stride_k, pk, scales_numel, n_rows, quant_programs, k_tiles, z_cols, check_m, check_capacity,
     HAS_GS: tl.constexpr, SCALE_LAYOUT: tl.constexpr, X_FORMAT: tl.constexpr, LOG2_G: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
     WIDE: tl.constexpr, UNIT_LOG2: tl.constexpr, ZERO_R: tl.constexpr, ZERO_C: tl.constexpr,
-    PROLOGUE: tl.constexpr, PARGS,
+    PROLOGUE: tl.constexpr, PARGS, CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
 ):
     # Programs [0, quant_programs) quantize TILES [BLOCK_M, BLOCK_K] tiles of x each; with a padded (swizzled)
     # scale layout, the programs after them write the padding zeros of the scale buffer, so it needs no memset.
+    # CHECK (grouped layout only): program 0 also runs the offsets' device check.
+    if CHECK:
+        if pid == 0:
+            _offsets_check(flags_ptr, in_offsets_ptr, out_offsets_ptr, g, check_m, check_capacity, CHECK_EVERY_ROW,
+                           CHECK_BLOCK)
     if SCALE_LAYOUT == 0:
         _quantize_tiles(pid * TILES, x_ptr, gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr,
                         M, K, g, stride_m, stride_k, pk, scales_numel, k_tiles,
@@ -523,36 +569,39 @@ def _quantize_program(
                            g, pk >> UNIT_LOG2, n_rows, SCALE_LAYOUT == 2, LOG2_G, UNIT_LOG2, ZERO_R, ZERO_C)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["check_m", "check_capacity"])
 def _block_quantize_kernel(
-    x_ptr, gs_ptr, packed_ptr, scales_ptr, units_ptr, in_offsets_ptr, out_offsets_ptr,
-    M, K, g, stride_m, stride_k, pk, scales_numel, n_rows, quant_programs, k_tiles, z_cols,
+    x_ptr, gs_ptr, packed_ptr, scales_ptr, units_ptr, in_offsets_ptr, out_offsets_ptr, flags_ptr,
+    M, K, g, stride_m, stride_k, pk, scales_numel, n_rows, quant_programs, k_tiles, z_cols, check_m, check_capacity,
     HAS_GS: tl.constexpr, SCALE_LAYOUT: tl.constexpr, X_FORMAT: tl.constexpr, LOG2_G: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
     WIDE: tl.constexpr, UNIT_LOG2: tl.constexpr, ZERO_R: tl.constexpr, ZERO_C: tl.constexpr,
+    CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
 ):
     # x read from memory (no prologue: PARGS is never read).
     _quantize_program(tl.program_id(0), x_ptr, gs_ptr, packed_ptr, scales_ptr, units_ptr, in_offsets_ptr,
-                      out_offsets_ptr, M, K, g, stride_m, stride_k, pk, scales_numel, n_rows, quant_programs,
-                      k_tiles, z_cols, HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES,
-                      WIDE, UNIT_LOG2, ZERO_R, ZERO_C, None, x_ptr)
+                      out_offsets_ptr, flags_ptr, M, K, g, stride_m, stride_k, pk, scales_numel, n_rows,
+                      quant_programs, k_tiles, z_cols, check_m, check_capacity, HAS_GS, SCALE_LAYOUT, X_FORMAT,
+                      LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES, WIDE, UNIT_LOG2, ZERO_R, ZERO_C, None, x_ptr,
+                      CHECK, CHECK_EVERY_ROW, CHECK_BLOCK)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["check_m", "check_capacity"])
 def _block_quantize_prologue_kernel(
-    gs_ptr, packed_ptr, scales_ptr, units_ptr, in_offsets_ptr, out_offsets_ptr, PARGS,
-    M, K, g, pk, scales_numel, n_rows, quant_programs, k_tiles, z_cols,
+    gs_ptr, packed_ptr, scales_ptr, units_ptr, in_offsets_ptr, out_offsets_ptr, flags_ptr, PARGS,
+    M, K, g, pk, scales_numel, n_rows, quant_programs, k_tiles, z_cols, check_m, check_capacity,
     HAS_GS: tl.constexpr, SCALE_LAYOUT: tl.constexpr, LOG2_G: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
     WIDE: tl.constexpr, UNIT_LOG2: tl.constexpr, ZERO_R: tl.constexpr, ZERO_C: tl.constexpr,
-    PROLOGUE: tl.constexpr,
+    PROLOGUE: tl.constexpr, CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
 ):
     # x computed by PROLOGUE from PARGS (a tuple of its pointers and ints) element by element: a separate entry,
     # so the memory-reading kernel above keeps its signature and its direct launches.
     _quantize_program(tl.program_id(0), gs_ptr, gs_ptr, packed_ptr, scales_ptr, units_ptr, in_offsets_ptr,
-                      out_offsets_ptr, M, K, g, 0, 0, pk, scales_numel, n_rows, quant_programs,
-                      k_tiles, z_cols, HAS_GS, SCALE_LAYOUT, 0, LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES,
-                      WIDE, UNIT_LOG2, ZERO_R, ZERO_C, PROLOGUE, PARGS)
+                      out_offsets_ptr, flags_ptr, M, K, g, 0, 0, pk, scales_numel, n_rows, quant_programs,
+                      k_tiles, z_cols, check_m, check_capacity, HAS_GS, SCALE_LAYOUT, 0, LOG2_G, BLOCK_SIZE, BLOCK_M,
+                      BLOCK_K, TILES, WIDE, UNIT_LOG2, ZERO_R, ZERO_C, PROLOGUE, PARGS, CHECK, CHECK_EVERY_ROW,
+                      CHECK_BLOCK)
 
 
 def block_quantize(x: torch.Tensor, global_scale: torch.Tensor | None = None, swizzle: bool = False,
@@ -584,10 +633,13 @@ def grouped_block_quantize(x: torch.Tensor, input_offsets: torch.Tensor, output_
 class BlockQuantize:
     """:func:`block_quantize` (no offsets) or :func:`grouped_block_quantize` for arguments of fixed metadata (x's
     sizes, strides, dtype and alignment, or the function of a load prologue standing for x; the offsets' and
-    global scale's): checked and configured once; a call allocates the outputs and launches."""
+    global scale's): checked and configured once; a call allocates the outputs and launches.
+
+    ``check`` (grouped only; an offset_checks.GroupCheck of the offsets): also bind the launch whose program 0 runs
+    the offsets' device check (``fuses_check``; a call passes ``check_flags``), saving the check's own launch."""
 
     def __init__(self, x, global_scale=None, input_offsets=None, output_offsets=None, *, swizzle=False,
-                 block_size=16, block_m=None, block_k=None, tiles=None, num_warps=None):
+                 block_size=16, block_m=None, block_k=None, tiles=None, num_warps=None, check=None):
         self.grouped = grouped = input_offsets is not None
         who = "grouped_block_quantize" if grouped else "block_quantize"
         M, K = _check_quant_input(who, x, global_scale, block_size)
@@ -602,14 +654,20 @@ class BlockQuantize:
         self.dense_offsets = not grouped or (input_offsets.stride(0) == 1 and output_offsets.stride(0) == 1)
         self.prologue = x.fn if isinstance(x, LoadPrologue) else None
         self.launch = _QuantizeLaunch(x, global_scale is not None, g, pk, n_rows, layout, block_size, block_m,
-                                      block_k, tiles, num_warps)
+                                      block_k, tiles, num_warps, check if grouped else None)
+
+    @property
+    def fuses_check(self) -> bool:
+        """Whether a call can run the offsets' device check inside the quantize launch (``check_flags``)."""
+        return self.launch.checked is not None
 
     def accepts(self, x) -> bool:
         """Whether x is what the launch was prepared for: a tensor, or a load prologue of the same function."""
         return (x.fn if type(x) is LoadPrologue else None) is self.prologue
 
-    def __call__(self, x, global_scale=None, input_offsets=None, output_offsets=None):
-        """(packed data, scales) of these arguments, which must have the metadata they were prepared for."""
+    def __call__(self, x, global_scale=None, input_offsets=None, output_offsets=None, check_flags=None):
+        """(packed data, scales) of these arguments, which must have the metadata they were prepared for.
+        ``check_flags`` (with fuses_check): the int32 flag the launch ORs the offsets' check bits into."""
         M, K = self.shape
         packed = torch.empty((M, K // 2), dtype=torch.float4_e2m1fn_x2, device=self.device)
         scales = torch.empty(self.n_rows * self.pk, dtype=torch.float8_e4m3fn, device=self.device)
@@ -617,7 +675,7 @@ class BlockQuantize:
             input_offsets = output_offsets = _dummy_offsets(self.device)  # unused outside the grouped layout
         elif not self.dense_offsets:
             input_offsets, output_offsets = input_offsets.contiguous(), output_offsets.contiguous()
-        self.launch(x, global_scale, packed, scales, input_offsets, output_offsets)
+        self.launch(x, global_scale, packed, scales, input_offsets, output_offsets, check_flags)
         if self.grouped:
             return packed, torch.as_strided(scales, (M, self.nb), (self.nb, 1))
         return packed, scales.view(self.n_rows, self.pk)
@@ -640,9 +698,12 @@ class _QuantizeLaunch:
     scale buffer's padding, for x of fixed metadata (a tensor's sizes, strides, dtype and pair alignment, or a load
     prologue's function). Host work is kept small: at decode sizes it, not the GPU, sets the time of a call. A call
     takes ``scales``, the flat e4m3 scale storage ([M, nb] row-major, or the [n_rows, pk] swizzled buffer), and
-    ``packed`` ([M, K/2] fp4x2); the kernel sees both as uint8 (the padding zeros as int32 units where whole)."""
+    ``packed`` ([M, K/2] fp4x2); the kernel sees both as uint8 (the padding zeros as int32 units where whole).
+    With ``check`` (grouped layout) a second launch, ``checked``, is bound whose program 0 also ORs the offsets'
+    device check bits into a flag (group_offsets_check.group_offsets_bits)."""
 
-    def __init__(self, x, has_gs, g, pk, n_rows, layout, block_size, block_m, block_k, tiles, num_warps):
+    def __init__(self, x, has_gs, g, pk, n_rows, layout, block_size, block_m, block_k, tiles, num_warps,
+                 check=None):
         M, K = x.shape
         dm, dk, dt, dw = quantize_config(M, K, block_size)
         bm, tiles, num_warps = block_m or dm, tiles or dt, num_warps or dw
@@ -663,8 +724,8 @@ class _QuantizeLaunch:
             zero_programs = cdiv(n_rows, zr) * z_cols
         self.units = torch.int32 if unit_log2 == 2 else torch.uint8
         self.has_gs = has_gs
-        self.bound = None
-        if quant_programs + zero_programs == 0:
+        self.bound = self.checked = None
+        if quant_programs + zero_programs == 0:  # (nothing to launch: K = 0)
             return
         grid = (quant_programs + zero_programs,)
         ints = (M, K, g, pk, scales_numel, n_rows, quant_programs, k_tiles, max(z_cols, 1))
@@ -675,37 +736,49 @@ class _QuantizeLaunch:
             # op by op; the quantize math is exact either way). Its arguments travel as one tuple (tensors by
             # address), passed per call.
             wide = M * K >= _INT32_LIMIT or M * (K // 2) >= _INT32_LIMIT or scales_numel >= _INT32_LIMIT
-            self.bound = bound_launch(
-                _block_quantize_prologue_kernel, grid, ints,
-                dict(HAS_GS=has_gs, SCALE_LAYOUT=layout, LOG2_G=_log2_ceil(g), BLOCK_SIZE=block_size, BLOCK_M=bm,
-                     BLOCK_K=bk, TILES=tiles, WIDE=wide, UNIT_LOG2=unit_log2, ZERO_R=zr, ZERO_C=zc, PROLOGUE=x.fn),
-                num_warps, device=x.device, compile_options=COMPILE_OPTIONS, tuple_scalars=True)
-            return
-        # The pair formats read x as integers of twice its element size: unit-stride rows and aligned pairs.
-        x_format, strides = _X_ELEMENTS, x.stride()
-        if (x.stride(1) == 1 and x.stride(0) % 2 == 0 and x.storage_offset() % 2 == 0
-                and x.data_ptr() % (2 * x.element_size()) == 0):
-            x_format, self.x_pairs = _PAIR_FORMAT[x.dtype], _INT_OF_SIZE[2 * x.element_size()]
-            strides = (x.stride(0) // 2, 1)
-        wide = (M * abs(strides[0]) + K * abs(strides[1]) >= _INT32_LIMIT or M * (K // 2) >= _INT32_LIMIT
-                or scales_numel >= _INT32_LIMIT)
-        self.bound = bound_launch(
-            _block_quantize_kernel, grid, (*ints[:3], *strides, *ints[3:]),
-            dict(HAS_GS=has_gs, SCALE_LAYOUT=layout, X_FORMAT=x_format, LOG2_G=_log2_ceil(g), BLOCK_SIZE=block_size,
-                 BLOCK_M=bm, BLOCK_K=bk, TILES=tiles, WIDE=wide, UNIT_LOG2=unit_log2, ZERO_R=zr, ZERO_C=zc),
-            num_warps, device=x.device)
+            meta = dict(HAS_GS=has_gs, SCALE_LAYOUT=layout, LOG2_G=_log2_ceil(g), BLOCK_SIZE=block_size, BLOCK_M=bm,
+                        BLOCK_K=bk, TILES=tiles, WIDE=wide, UNIT_LOG2=unit_log2, ZERO_R=zr, ZERO_C=zc, PROLOGUE=x.fn)
 
-    def __call__(self, x, global_scale, packed, scales, in_offsets, out_offsets) -> None:
-        bound = self.bound
+            def bind(check):
+                check_ints, check_meta = fused_check_args(check, g)
+                return bound_launch(_block_quantize_prologue_kernel, grid, (*ints, *check_ints),
+                                    {**meta, **check_meta}, num_warps, device=x.device,
+                                    compile_options=COMPILE_OPTIONS, tuple_scalars=True)
+        else:
+            # The pair formats read x as integers of twice its element size: unit-stride rows and aligned pairs.
+            x_format, strides = _X_ELEMENTS, x.stride()
+            if (x.stride(1) == 1 and x.stride(0) % 2 == 0 and x.storage_offset() % 2 == 0
+                    and x.data_ptr() % (2 * x.element_size()) == 0):
+                x_format, self.x_pairs = _PAIR_FORMAT[x.dtype], _INT_OF_SIZE[2 * x.element_size()]
+                strides = (x.stride(0) // 2, 1)
+            wide = (M * abs(strides[0]) + K * abs(strides[1]) >= _INT32_LIMIT or M * (K // 2) >= _INT32_LIMIT
+                    or scales_numel >= _INT32_LIMIT)
+            meta = dict(HAS_GS=has_gs, SCALE_LAYOUT=layout, X_FORMAT=x_format, LOG2_G=_log2_ceil(g),
+                        BLOCK_SIZE=block_size, BLOCK_M=bm, BLOCK_K=bk, TILES=tiles, WIDE=wide, UNIT_LOG2=unit_log2,
+                        ZERO_R=zr, ZERO_C=zc)
+
+            def bind(check):
+                check_ints, check_meta = fused_check_args(check, g)
+                return bound_launch(_block_quantize_kernel, grid, (*ints[:3], *strides, *ints[3:], *check_ints),
+                                    {**meta, **check_meta}, num_warps, device=x.device)
+
+        self.bound = bind(None)
+        if check is not None and layout == _GROUPED:
+            self.checked = bind(check)
+
+    def __call__(self, x, global_scale, packed, scales, in_offsets, out_offsets, check_flags=None) -> None:
+        bound, flags = self.bound, in_offsets  # (without the check any pointer stands for the flags: never read)
         if bound is None:
             return
+        if check_flags is not None:
+            bound, flags = self.checked, check_flags
         gs = global_scale if global_scale is not None else packed  # any pointer; unread when HAS_GS is False
-        tensors = (gs, packed, scales, scales, in_offsets, out_offsets)
+        tensors = (gs, packed, scales, scales, in_offsets, out_offsets, flags)
 
         def jit():  # Triton's JIT path sees the bytes as uint8; a direct launch takes the same addresses
             packed8 = packed.view(torch.uint8)
             return (packed8 if global_scale is None else global_scale, packed8, scales.view(torch.uint8),
-                    scales.view(self.units), in_offsets, out_offsets)
+                    scales.view(self.units), in_offsets, out_offsets, flags)
 
         if type(x) is LoadPrologue:
             bound(tensors, (x.args,), jit)
@@ -807,13 +880,17 @@ def _layout_op_for(node, input, input_offsets, output_offsets):
 
 def _prepare_layout_op(node, input, input_offsets, output_offsets):
     """The layout op's kernel for one input signature (OpDef.prepare): checks and launch once; a call checks the
-    offsets' values (on the device by default) and launches."""
-    offsets = PreparedGroupCheck(ops.offsets_check(node.op.name, input.shape[0], input_offsets, output_offsets))
-    layout = LayoutOp(input, input_offsets, output_offsets)
+    offsets' values (on the device by default: inside the layout's own launch, program (0, 0)) and launches."""
+    check = ops.offsets_check(node.op.name, input.shape[0], input_offsets, output_offsets)
+    offsets = PreparedGroupCheck(check)
+    layout = LayoutOp(input, input_offsets, output_offsets, check=check)
+    fused_check = layout.fuses_check  # (decided once: False only when there is no launch to carry it, k = 0)
 
     def run(node, input, input_offsets, output_offsets):
-        offsets(input_offsets, output_offsets)
-        return layout(input, input_offsets, output_offsets)
+        if not fused_check:
+            offsets(input_offsets, output_offsets)
+            return layout(input, input_offsets, output_offsets)
+        return layout(input, input_offsets, output_offsets, offsets.device_flag(input_offsets, output_offsets))
 
     return run
 
@@ -850,15 +927,21 @@ def _grouped_block_quantize_for(node, input, input_offsets, output_offsets, glob
 def _prepare_grouped_block_quantize(node, input, input_offsets, output_offsets, global_scale=None, block_size=16,
                                     dtype=None):
     ops.check_k(node.op.name, input.shape[1], block_size)
-    offsets = PreparedGroupCheck(ops.offsets_check(node.op.name, input.shape[0], input_offsets, output_offsets))
-    quantize = BlockQuantize(input, global_scale, input_offsets, output_offsets, block_size=block_size)
+    check = ops.offsets_check(node.op.name, input.shape[0], input_offsets, output_offsets)
+    offsets = PreparedGroupCheck(check)
+    quantize = BlockQuantize(input, global_scale, input_offsets, output_offsets, block_size=block_size, check=check)
+    fused_check = quantize.fuses_check  # (decided once: False only when there is no launch to carry it, K = 0)
 
     def run(node, input, input_offsets, output_offsets, global_scale=None, block_size=16, dtype=None):
         if not quantize.accepts(input):  # (a load prologue's layout guard failed: x is a tensor this call)
             return _grouped_block_quantize_for(node, input, input_offsets, output_offsets, global_scale, block_size,
                                                dtype)
-        offsets(input_offsets, output_offsets)
-        return quantize(input, global_scale, input_offsets, output_offsets)
+        if not fused_check:
+            offsets(input_offsets, output_offsets)
+            return quantize(input, global_scale, input_offsets, output_offsets)
+        # The device check runs inside the quantize launch (program 0), one launch fewer per call.
+        flag = offsets.device_flag(input_offsets, output_offsets)
+        return quantize(input, global_scale, input_offsets, output_offsets, flag)
 
     return run
 
