@@ -360,11 +360,11 @@ def test_a_compiled_launcher_without_scratch_is_called_at_its_c_launch(monkeypat
 def test_cached_generated_kernels_launch_through_the_c_launch_of_triton():
     """On the installed Triton, a cached call's bound launches hold the compiled launcher's C ``launch`` (none of
     pyfuser's generated kernels has global or profile scratch), and give eager's values."""
-    fd = _build(_scaled)
-    a = make([33, 65])
+    fd = _build(_relu_add)
+    a, b = make([33, 65]), make([33, 130])[:, ::2]
     for _ in range(2):
-        (out,) = fd.execute([a, 2, 0.5])
-    torch.testing.assert_close(out, (a + 2) * 0.5, rtol=0, atol=0)
+        (out,) = fd.execute([a, b])
+    torch.testing.assert_close(out, torch.relu(a + b), rtol=0, atol=0)
     steps = _kernel_steps(fd)
     assert steps
     for step in steps:
