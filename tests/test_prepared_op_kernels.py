@@ -460,6 +460,39 @@ def test_device_flag_is_one_view_per_flags_and_slot():
             run_context.leave(token)
 
 
+def test_the_error_sink_tells_a_set_flag_without_raising():
+    """DeviceErrorSink.flagged: False before any check ran and while every flag is clear, True once one is set
+    (what poll raises, and poll clears it); a run asks whether a caller's CUDA graph is capturing only then."""
+    from pyfuser.runtime.device_errors import DeviceErrorSink
+
+    starts, outs = _offsets_inputs((7, 0, 33))
+    check = narrow_precision.offsets_check(LAYOUT, 40, starts, outs)
+    sink = DeviceErrorSink()
+    assert not sink.flagged()
+    flags = sink.host_flags(starts.device, 3, check)
+    assert not sink.flagged()
+    flags[3] = 2  # (the outputs-overlap bit, as a kernel ORs it)
+    assert sink.flagged()
+    with pytest.raises(FusionExecutionError, match="found on the device by an earlier call"):
+        sink.poll()
+    assert not sink.flagged() and not flags.any()
+
+
+def test_a_run_without_set_flags_asks_no_capture_status(device_checks, monkeypatch):
+    """A CUDA run polls the fusion's flags before its steps; the capture-status query (a CUDA call) is made only
+    when a flag is set, so a good call makes none."""
+    name, define, inputs = CASES["layout op"]()
+    fd = define()
+    fd.execute(inputs(0))
+    runtime = fd._executor.last_runtime
+    queries = []
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: queries.append(1) or False)
+    monkeypatch.setattr(runtime, "_cuda", True)  # (as on CUDA: the query is only made there)
+    for seed in range(3):
+        fd.execute(inputs(seed))
+    assert runtime.errors.flagged() is False and not queries
+
+
 @pytest.mark.parametrize("case", ["layout op", "grouped quantize"])
 def test_fused_device_check_results_equal_the_unprepared_kernel(case, device_checks, monkeypatch):
     """Call after call with new values, the launch that also runs the check gives exactly what the unprepared

@@ -109,8 +109,10 @@ class FusionRuntime:
         if errors is None:
             context = self._context
         else:
-            # Under a caller's own CUDA-graph capture, host-side bookkeeping must not touch the stream.
-            if errors.has_flags() and not (self._cuda and torch.cuda.is_current_stream_capturing()):
+            # Under a caller's own CUDA-graph capture, host-side bookkeeping must not touch the stream (poll clears
+            # the device-side flags). Asked only when a flag is set: the capture query is a CUDA call, and most
+            # calls find no flag.
+            if errors.flagged() and not (self._cuda and torch.cuda.is_current_stream_capturing()):
                 errors.poll()
             context = run_context.RunContext(self.device, self._offset_mode, errors)
         token = run_context.enter(context)
