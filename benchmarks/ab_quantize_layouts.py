@@ -10,7 +10,9 @@ its bytes on the H200 at bf16 [16384, 4096], g=8, while the plain quantize (row-
 - ``swizzled``: ``block_quantize(x, swizzle=True)``, one group: the swizzled scale store and the zero-padding
   programs, without group lookups;
 - ``grouped``: ``grouped_block_quantize(x, starts, sf_starts)`` over g uneven groups;
-- a copy moving each row's bytes (x read, packed data and scales written), the ceiling.
+- a copy moving each row's bytes (x read, packed data and scales written), the ceiling;
+and the swizzled and grouped rows again with the kernel's other scale stores (``scale_store``: 32-bit words, and
+words from rows interleaved within 128-row blocks; bit-identical by construction, checked here).
 ``--variant FILE.py`` adds the same three rows for a module file that defines ``block_quantize`` and
 ``grouped_block_quantize`` with the same contract (a kernel variant under study: a copy of
 ``pyfuser/kernels/nvfp4_layout.py`` with absolute imports and without its ``attach`` calls, which would register
@@ -66,16 +68,16 @@ def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
     return torch.as_strided(t, (n,), (1,), 0).view(torch.uint8)
 
 
-def _rows(module, x, starts, sf_starts):
+def _rows(module, x, starts, sf_starts, **kw):
     return {
-        "plain": lambda: module.block_quantize(x),
-        "swizzled": lambda: module.block_quantize(x, swizzle=True),
-        "grouped": lambda: module.grouped_block_quantize(x, starts, sf_starts),
+        "plain": lambda: module.block_quantize(x, **kw),
+        "swizzled": lambda: module.block_quantize(x, swizzle=True, **kw),
+        "grouped": lambda: module.grouped_block_quantize(x, starts, sf_starts, **kw),
     }
 
 
 def _same_bits(a_rows, b_rows) -> bool:
-    for name in a_rows:
+    for name in b_rows:
         a, b = a_rows[name](), b_rows[name]()
         if not all(torch.equal(_storage_bytes(p), _storage_bytes(q)) for p, q in zip(a, b)):
             return False
@@ -100,6 +102,15 @@ def main(argv=None):
     starts, sf_starts = (t.to(dev) for t in offsets_for(uneven_counts(m, g, seed=m)))
     impls = {"shipped": _rows(shipped, x, starts, sf_starts)}
     skipped = {}
+    # The shipped kernel's scale stores (nvfp4_layout.SCALE_*): bytes (the default), words, words from interleaved
+    # rows; they must give the default's bits.
+    for name, store in (("scale words", shipped.SCALE_WORDS), ("scale words, rows interleaved",
+                                                                shipped.SCALE_WORDS_INTERLEAVED)):
+        rows = _rows(shipped, x, starts, sf_starts, scale_store=store)
+        if _same_bits(impls["shipped"], rows):
+            impls[name] = {k: v for k, v in rows.items() if k != "plain"}  # (row-major scales: always bytes)
+        else:
+            skipped[name] = "outputs differ from the default's"
     for path in args.variant:
         rows = _rows(_load(path), x, starts, sf_starts)
         if _same_bits(impls["shipped"], rows):

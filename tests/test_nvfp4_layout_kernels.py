@@ -463,6 +463,38 @@ def test_grouped_block_quantize_unaligned_offsets_and_gaps(k):
     assert_layout_equal(scales, ref_scales, len(tokens))
 
 
+@pytest.mark.parametrize("store, block_m, dtype", [
+    (lk.SCALE_WORDS, 4, torch.bfloat16), (lk.SCALE_WORDS_INTERLEAVED, 4, torch.bfloat16),
+    (lk.SCALE_WORDS_INTERLEAVED, 8, torch.float32), (lk.SCALE_WORDS_INTERLEAVED, 2, torch.bfloat16),
+], ids=["words", "interleaved", "interleaved-8-rows-f32", "interleaved-2-rows"])
+@pytest.mark.parametrize("k", [48, 128], ids=["nb3", "nb8"])
+def test_quantize_scale_stores_match_the_reference(store, block_m, dtype, k):
+    """The swizzled layouts' other scale stores (32-bit words; words from rows interleaved within 128-row blocks):
+    the reference's bits, for groups that are empty, start mid-block or leave gaps, a padded scale column (K/16 =
+    3, written by the word with the data), 130 rows (a partial 128-row block), and tiles that cannot interleave
+    (2 rows: words) or cannot pack (block_k = 32: bytes)."""
+    gs = torch.tensor(448.0 * 6 / 9.0, dtype=torch.float32, device=DEVICE)
+    tokens = [0, 9, 0, 117, 4]
+    x = special_values(sum(tokens), k, dtype)
+    in_off = offsets(tokens)[0]
+    for out_off in (offsets(tokens)[1], torch.tensor([0, 3, 140, 140, 300], dtype=torch.int32, device=DEVICE)):
+        for block_k in (None, 32):
+            packed, scales = lk.grouped_block_quantize(x, in_off, out_off, gs, block_m=block_m, block_k=block_k,
+                                                       scale_store=store)
+            ref_packed, ref_scales = grouped_reference(x, in_off, out_off, gs)
+            assert torch.equal(packed.view(torch.uint8), ref_packed.view(torch.uint8))
+            assert_layout_equal(scales, ref_scales, len(tokens))
+    packed, scales = lk.block_quantize(x, gs, swizzle=True, block_m=block_m, scale_store=store)
+    ref_packed, ref_scales = fused_reference(x, gs)
+    assert torch.equal(packed.view(torch.uint8), ref_packed.view(torch.uint8))
+    assert torch.equal(scales.view(torch.uint8), ref.linear_to_swizzled_128_4(ref_scales).view(torch.uint8))
+
+
+def test_quantize_scale_store_must_be_known():
+    with pytest.raises(ValueError, match="scale_store must be SCALE_BYTES, SCALE_WORDS or SCALE_WORDS_INTERLEAVED"):
+        lk.block_quantize(make((4, 16)), scale_store=3)
+
+
 def test_fused_quantize_equals_quantize_then_layout_op():
     # The one-kernel grouped quantize is the two-kernel pipeline (block_quantize, then layout_op on its scales).
     tokens = [3, 0, 20]
@@ -659,10 +691,13 @@ COMPILE = textwrap.dedent(
         ptx = compile_ptx(lk._layout_op_kernel, sig, consts)
         report[f"layout-{unit_log2}-{wide}-{check}"] = "st.global" in ptx
         stores[f"layout-{unit_log2}-{wide}-{check}"] = ptx.count("st.global")
-    variants = (("fp32", 0, 0, False, False, False), ("i32", 1, 1, True, False, False),
-                ("i32", 2, 2, True, False, False), ("i64", 2, 3, False, True, False),
-                ("i32", 2, 2, True, False, True), ("i64", 2, 3, False, True, True))
-    for xdtype, layout, fmt, has_gs, wide, check in variants:
+    # (the last field, SCALE_STORE: the swizzled layouts' scales as bytes, words, or words from interleaved rows)
+    variants = (("fp32", 0, 0, False, False, False, 0), ("i32", 1, 1, True, False, False, 0),
+                ("i32", 2, 2, True, False, False, 0), ("i64", 2, 3, False, True, False, 0),
+                ("i32", 2, 2, True, False, True, 0), ("i64", 2, 3, False, True, True, 0),
+                ("i32", 1, 1, True, False, False, 1), ("i32", 2, 2, True, False, False, 1),
+                ("i32", 2, 2, True, False, False, 2), ("i64", 2, 3, False, True, True, 2))
+    for xdtype, layout, fmt, has_gs, wide, check, store in variants:
         sig = {"x_ptr": "*" + xdtype, "gs_ptr": "*fp32", "packed_ptr": "*u8", "scales_ptr": "*u8",
                "units_ptr": "*i32", "in_offsets_ptr": "*i32", "out_offsets_ptr": "*i32", "M": "i32", "K": "i32",
                "g": "i32", "stride_m": "i32", "stride_k": "i32", "pk": "i32", "scales_numel": "i64",
@@ -670,14 +705,15 @@ COMPILE = textwrap.dedent(
                "HAS_GS": "constexpr", "SCALE_LAYOUT": "constexpr", "X_FORMAT": "constexpr", "LOG2_G": "constexpr",
                "BLOCK_SIZE": "constexpr", "BLOCK_M": "constexpr", "BLOCK_K": "constexpr", "TILES": "constexpr",
                "WIDE": "constexpr", "UNIT_LOG2": "constexpr", "ZERO_R": "constexpr", "ZERO_C": "constexpr",
-               **check_sig}
+               **check_sig, "SCALE_STORE": "constexpr"}
         consts = {"HAS_GS": has_gs, "SCALE_LAYOUT": layout, "X_FORMAT": fmt, "LOG2_G": 2, "BLOCK_SIZE": 16,
                   "BLOCK_M": 4, "BLOCK_K": 512, "TILES": 2, "WIDE": wide, "UNIT_LOG2": 2, "ZERO_R": 32, "ZERO_C": 64,
-                  **check_consts(check)}
+                  **check_consts(check), "SCALE_STORE": store}
         ptx = compile_ptx(lk._block_quantize_kernel, sig, consts, num_warps=2)
-        name = f"quantize-{xdtype}-{layout}-{fmt}" + ("-check" if check else "")
+        name = f"quantize-{xdtype}-{layout}-{fmt}" + ("-check" if check else "") + (f"-store{store}" if store else "")
         report[name] = sorted(set(re.findall(r"\\b(div\\.[a-z0-9.]+|max\\.[A-Za-z0-9.]+)", ptx)))
         stores[name] = ptx.count("st.global")
+        stores[name + ":bytes"] = len(re.findall(r"st\\.global[.a-z0-9]*\\.[bu]8\\b", ptx))
     print(json.dumps({"report": report, "stores": stores}))
     """
 )
@@ -691,7 +727,12 @@ def test_kernels_compile_for_sm90():
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     report, stores = out["report"], out["stores"]
     assert all(report.pop(f"layout-{v}-{c}") for v in ("2-False", "0-True") for c in (False, True))
-    assert len(report) == 6
+    assert len(report) == 10
+    # Scales stored as words: fewer byte stores than the same variant storing bytes (the packed FP4 data stays
+    # bytes), and interleaved rows store the same way.
+    for layout in ("quantize-i32-1-1", "quantize-i32-2-2"):
+        assert stores[layout + "-store1:bytes"] < stores[layout + ":bytes"], stores
+    assert stores["quantize-i32-2-2-store2:bytes"] == stores["quantize-i32-2-2-store1:bytes"], stores
     # The launches that run the offsets' check store one thing more (program 0's flag) than those without it.
     for without, with_check in (("layout-2-False-False", "layout-2-False-True"),
                                 ("layout-0-True-False", "layout-0-True-True"),

@@ -82,6 +82,11 @@ RNE_MAGIC_BITS = tl.constexpr(0x4B400000)
 
 # Scale layouts of the quantize kernel (constexpr SCALE_LAYOUT).
 _PLAIN, _SWIZZLED, _GROUPED = 0, 1, 2
+# How the quantize kernel stores swizzled scales (constexpr SCALE_STORE; the row-major layout always takes bytes):
+# one byte per block; the 4 blocks whose scales the swizzle makes contiguous as one 32-bit word; words, from tiles
+# whose rows are interleaved within 128-row blocks (see _tile_coords). Bit-identical; which is fastest is measured
+# by benchmarks/ab_quantize_layouts.py.
+SCALE_BYTES, SCALE_WORDS, SCALE_WORDS_INTERLEAVED = 0, 1, 2
 # How the quantize kernel reads x (constexpr X_FORMAT): element by element in x's dtype, or each pair of
 # neighbouring elements as one integer (element 2j in the low half, as memory is little-endian).
 _X_ELEMENTS, _X_BF16_PAIRS, _X_F16_PAIRS, _X_F32_PAIRS = 0, 1, 2, 3
@@ -356,12 +361,23 @@ def _nan_max(a, b):
 
 @triton.jit
 def _tile_coords(tile, k_tiles, M, K, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-                 Q: tl.constexpr, WIDE: tl.constexpr):
+                 Q: tl.constexpr, WIDE: tl.constexpr, INTERLEAVE: tl.constexpr):
     """Rows, blocks, and the [BLOCK_M, blocks, Q] pair indices and mask of tile number ``tile`` (tiles run along
-    K first). A tile past the last one has rows >= M: everything in it is masked."""
+    K first). A tile past the last one has rows >= M: everything in it is masked.
+
+    INTERLEAVE (4 | BLOCK_M | 128): a tile's rows are BLOCK_M // 4 consecutive rows in each quarter of a 128-row
+    block (rows j.., j+32.., j+64.., j+96..), whose scales the 128x4 swizzle puts side by side: runs of 16
+    contiguous bytes (two runs where a group starts inside the block) instead of 4-byte pieces 16 bytes apart. The
+    tiles still cover every row once, whatever the offsets."""
     NB: tl.constexpr = BLOCK_K // BLOCK_SIZE
     pid_m = tile // k_tiles
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    if INTERLEAVE:
+        C: tl.constexpr = BLOCK_M // 4
+        PER_BLOCK: tl.constexpr = 128 // BLOCK_M
+        i = tl.arange(0, BLOCK_M)
+        rows = (pid_m // PER_BLOCK) * 128 + (pid_m % PER_BLOCK) * C + (i % C) + (i // C) * 32
+    else:
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     blocks = (tile - pid_m * k_tiles) * NB + tl.arange(0, NB)
     rows_w = rows.to(tl.int64) if WIDE else rows
     r3 = rows_w[:, None, None]
@@ -433,7 +449,7 @@ def _quantize_tile(
     a0, b0, a1, b1, rows, blocks, r3, pairs, mask,
     gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr, M, K, g, pk, scales_numel,
     HAS_GS: tl.constexpr, SCALE_LAYOUT: tl.constexpr, X_FORMAT: tl.constexpr, LOG2_G: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, H: tl.constexpr, Q: tl.constexpr, WIDE: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, H: tl.constexpr, Q: tl.constexpr, WIDE: tl.constexpr, SCALE_STORE: tl.constexpr,
 ):
     """Quantize one loaded tile: block scales, FP4 codes, packed data and scale stores."""
     lo0, hi0 = _to_f32(a0, b0, X_FORMAT)
@@ -476,13 +492,29 @@ def _quantize_tile(
     if SCALE_LAYOUT == 0:
         rows_w = rows.to(tl.int64) if WIDE else rows
         dst = rows_w[:, None] * (K // BLOCK_SIZE) + blocks[None, :]
-    elif SCALE_LAYOUT == 1:
-        dst = _swizzled_row_offset(rows, tl.zeros_like(rows), pk)[:, None] + _swizzled_col_offset(blocks)[None, :]
+        tl.store(scales_ptr + dst, bits, mask=smask)
     else:
-        row_off, has_group = _grouped_row_offsets(rows, row_ok, in_offsets_ptr, out_offsets_ptr, g, pk, LOG2_G)
-        dst = row_off[:, None] + _swizzled_col_offset(blocks)[None, :]
-        smask = smask & has_group[:, None] & (dst >= 0) & (dst < scales_numel)
-    tl.store(scales_ptr + dst, bits, mask=smask)
+        if SCALE_LAYOUT == 1:
+            row_off = _swizzled_row_offset(rows, tl.zeros_like(rows), pk)
+            has_group = row_ok
+        else:
+            row_off, has_group = _grouped_row_offsets(rows, row_ok, in_offsets_ptr, out_offsets_ptr, g, pk, LOG2_G)
+        if SCALE_STORE == 0:
+            dst = row_off[:, None] + _swizzled_col_offset(blocks)[None, :]
+            smask = smask & has_group[:, None] & (dst >= 0) & (dst < scales_numel)
+            tl.store(scales_ptr + dst, bits, mask=smask)
+        else:
+            # Blocks 4j..4j+3 of a row (the tile's blocks start at a multiple of 4) have 4 contiguous, 4-aligned
+            # scale bytes: packed little-endian into one word. Blocks past the row's last one are zeros (their x
+            # are masked to 0) and are the buffer's padding columns, zero anyway.
+            NB: tl.constexpr = bits.shape[1]
+            BM: tl.constexpr = bits.shape[0]
+            quads = tl.reshape(bits.to(tl.uint32), [BM, NB // 4, 4])
+            words = tl.sum(quads << (tl.arange(0, 4) * 8).to(tl.uint32)[None, None, :], axis=2)
+            first = tl.min(blocks, axis=0) + tl.arange(0, NB // 4) * 4
+            dst = row_off[:, None] + ((first // 4) * 512)[None, :]
+            wmask = has_group[:, None] & (first < K // BLOCK_SIZE)[None, :] & (dst >= 0) & (dst + 4 <= scales_numel)
+            tl.store((scales_ptr + dst).to(tl.pointer_type(tl.uint32)), words, mask=wmask)
 
 
 @triton.jit
@@ -491,7 +523,7 @@ def _quantize_tiles(
     M, K, g, stride_m, stride_k, pk, scales_numel, k_tiles,
     HAS_GS: tl.constexpr, SCALE_LAYOUT: tl.constexpr, X_FORMAT: tl.constexpr, LOG2_G: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
-    WIDE: tl.constexpr, PROLOGUE: tl.constexpr, PARGS,
+    WIDE: tl.constexpr, PROLOGUE: tl.constexpr, PARGS, SCALE_STORE: tl.constexpr,
 ):
     """TILES consecutive tiles; the loads of tile i+1 are issued before tile i is quantized, so that they are in
     flight while it computes (one load-compute-store tile per program leaves the memory idle during compute)."""
@@ -501,7 +533,9 @@ def _quantize_tiles(
     # and its scale math runs once per block (with one load of 8 pairs, two threads would share a block).
     H: tl.constexpr = 2 if P >= 8 else 1
     Q: tl.constexpr = P // H
-    rows, blocks, r3, pairs, mask = _tile_coords(first_tile, k_tiles, M, K, BLOCK_SIZE, BLOCK_M, BLOCK_K, Q, WIDE)
+    IL: tl.constexpr = SCALE_STORE == 2
+    rows, blocks, r3, pairs, mask = _tile_coords(first_tile, k_tiles, M, K, BLOCK_SIZE, BLOCK_M, BLOCK_K, Q, WIDE,
+                                                 IL)
     a0, b0 = _load_half(x_ptr, r3, pairs, mask, stride_m, stride_k, X_FORMAT, PROLOGUE, PARGS)
     a1, b1 = a0, b0
     if H == 2:
@@ -509,14 +543,14 @@ def _quantize_tiles(
     for i in tl.static_range(TILES):
         if i + 1 < TILES:
             n_rows, n_blocks, n_r3, n_pairs, n_mask = _tile_coords(first_tile + i + 1, k_tiles, M, K, BLOCK_SIZE,
-                                                                   BLOCK_M, BLOCK_K, Q, WIDE)
+                                                                   BLOCK_M, BLOCK_K, Q, WIDE, IL)
             n_a0, n_b0 = _load_half(x_ptr, n_r3, n_pairs, n_mask, stride_m, stride_k, X_FORMAT, PROLOGUE, PARGS)
             n_a1, n_b1 = n_a0, n_b0
             if H == 2:
                 n_a1, n_b1 = _load_half(x_ptr, n_r3, n_pairs + Q, n_mask, stride_m, stride_k, X_FORMAT, PROLOGUE, PARGS)
         _quantize_tile(a0, b0, a1, b1, rows, blocks, r3, pairs, mask,
                        gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr, M, K, g, pk, scales_numel,
-                       HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, H, Q, WIDE)
+                       HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, H, Q, WIDE, SCALE_STORE)
         if i + 1 < TILES:
             rows, blocks, r3, pairs, mask = n_rows, n_blocks, n_r3, n_pairs, n_mask
             a0, b0, a1, b1 = n_a0, n_b0, n_a1, n_b1
@@ -545,6 +579,7 @@ def _quantize_program(
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
     WIDE: tl.constexpr, UNIT_LOG2: tl.constexpr, ZERO_R: tl.constexpr, ZERO_C: tl.constexpr,
     PROLOGUE: tl.constexpr, PARGS, CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
+    SCALE_STORE: tl.constexpr,
 ):
     # Programs [0, quant_programs) quantize TILES [BLOCK_M, BLOCK_K] tiles of x each; with a padded (swizzled)
     # scale layout, the programs after them write the padding zeros of the scale buffer, so it needs no memset.
@@ -557,12 +592,12 @@ def _quantize_program(
         _quantize_tiles(pid * TILES, x_ptr, gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr,
                         M, K, g, stride_m, stride_k, pk, scales_numel, k_tiles,
                         HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES, WIDE,
-                        PROLOGUE, PARGS)
+                        PROLOGUE, PARGS, SCALE_STORE)
     elif pid < quant_programs:
         _quantize_tiles(pid * TILES, x_ptr, gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr,
                         M, K, g, stride_m, stride_k, pk, scales_numel, k_tiles,
                         HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES, WIDE,
-                        PROLOGUE, PARGS)
+                        PROLOGUE, PARGS, SCALE_STORE)
     else:
         nb_units = (K // BLOCK_SIZE) >> UNIT_LOG2
         _zero_padding_tile(units_ptr, in_offsets_ptr, out_offsets_ptr, pid - quant_programs, z_cols, M, nb_units,
@@ -576,14 +611,14 @@ def _block_quantize_kernel(
     HAS_GS: tl.constexpr, SCALE_LAYOUT: tl.constexpr, X_FORMAT: tl.constexpr, LOG2_G: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
     WIDE: tl.constexpr, UNIT_LOG2: tl.constexpr, ZERO_R: tl.constexpr, ZERO_C: tl.constexpr,
-    CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
+    CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr, SCALE_STORE: tl.constexpr = 0,
 ):
     # x read from memory (no prologue: PARGS is never read).
     _quantize_program(tl.program_id(0), x_ptr, gs_ptr, packed_ptr, scales_ptr, units_ptr, in_offsets_ptr,
                       out_offsets_ptr, flags_ptr, M, K, g, stride_m, stride_k, pk, scales_numel, n_rows,
                       quant_programs, k_tiles, z_cols, check_m, check_capacity, HAS_GS, SCALE_LAYOUT, X_FORMAT,
                       LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES, WIDE, UNIT_LOG2, ZERO_R, ZERO_C, None, x_ptr,
-                      CHECK, CHECK_EVERY_ROW, CHECK_BLOCK)
+                      CHECK, CHECK_EVERY_ROW, CHECK_BLOCK, SCALE_STORE)
 
 
 @triton.jit(do_not_specialize=["check_m", "check_capacity"])
@@ -594,6 +629,7 @@ def _block_quantize_prologue_kernel(
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
     WIDE: tl.constexpr, UNIT_LOG2: tl.constexpr, ZERO_R: tl.constexpr, ZERO_C: tl.constexpr,
     PROLOGUE: tl.constexpr, CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
+    SCALE_STORE: tl.constexpr = 0,
 ):
     # x computed by PROLOGUE from PARGS (a tuple of its pointers and ints) element by element: a separate entry,
     # so the memory-reading kernel above keeps its signature and its direct launches.
@@ -601,32 +637,36 @@ def _block_quantize_prologue_kernel(
                       out_offsets_ptr, flags_ptr, M, K, g, 0, 0, pk, scales_numel, n_rows, quant_programs,
                       k_tiles, z_cols, check_m, check_capacity, HAS_GS, SCALE_LAYOUT, 0, LOG2_G, BLOCK_SIZE, BLOCK_M,
                       BLOCK_K, TILES, WIDE, UNIT_LOG2, ZERO_R, ZERO_C, PROLOGUE, PARGS, CHECK, CHECK_EVERY_ROW,
-                      CHECK_BLOCK)
+                      CHECK_BLOCK, SCALE_STORE)
 
 
 def block_quantize(x: torch.Tensor, global_scale: torch.Tensor | None = None, swizzle: bool = False,
                    block_size: int = 16, *, block_m: int | None = None, block_k: int | None = None,
-                   tiles: int | None = None, num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   tiles: int | None = None, num_warps: int | None = None,
+                   scale_store: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """NVFP4 quantization in the fused ops' order (== reference.quantize_nvfp4_fused, bit-exact).
 
     Returns (packed float4_e2m1fn_x2 ``[M, K/2]``, float8_e4m3fn scales): ``[M, K/block_size]`` row-major, or with
     ``swizzle`` the zero-padded single-group 128x4 swizzle ``[roundup(M,128), roundup(K/block_size,4)]``.
-    ``block_m``/``block_k``/``tiles``/``num_warps`` are tuning knobs (None: ``quantize_config``)."""
+    ``block_m``/``block_k``/``tiles``/``num_warps``/``scale_store`` (SCALE_BYTES, SCALE_WORDS,
+    SCALE_WORDS_INTERLEAVED) are tuning knobs (None: ``quantize_config``); every setting gives the same bits."""
     quantize = BlockQuantize(x, global_scale, swizzle=swizzle, block_size=block_size, block_m=block_m,
-                             block_k=block_k, tiles=tiles, num_warps=num_warps)
+                             block_k=block_k, tiles=tiles, num_warps=num_warps, scale_store=scale_store)
     return quantize(x, global_scale)
 
 
 def grouped_block_quantize(x: torch.Tensor, input_offsets: torch.Tensor, output_offsets: torch.Tensor,
                            global_scale: torch.Tensor | None = None, block_size: int = 16, *,
                            block_m: int | None = None, block_k: int | None = None, tiles: int | None = None,
-                           num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                           num_warps: int | None = None,
+                           scale_store: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """NVFP4 quantization with the scales written straight into the layout op's grouped swizzled buffer
     (== reference.grouped_quantize_nvfp4(fused=True), bit-exact): returns (packed ``[M, K/2]``, scales as the
     layout op returns them: logical ``[M, K/block_size]`` over a zero-padded ``(M + 127*g) * pk`` storage).
     ``x`` may be a LoadPrologue (codegen/prologue.py): x's elements are then computed by its function."""
     quantize = BlockQuantize(x, global_scale, input_offsets, output_offsets, block_size=block_size,
-                             block_m=block_m, block_k=block_k, tiles=tiles, num_warps=num_warps)
+                             block_m=block_m, block_k=block_k, tiles=tiles, num_warps=num_warps,
+                             scale_store=scale_store)
     return quantize(x, global_scale, input_offsets, output_offsets)
 
 
@@ -639,12 +679,16 @@ class BlockQuantize:
     the offsets' device check (``fuses_check``; a call passes ``check_flags``), saving the check's own launch."""
 
     def __init__(self, x, global_scale=None, input_offsets=None, output_offsets=None, *, swizzle=False,
-                 block_size=16, block_m=None, block_k=None, tiles=None, num_warps=None, check=None):
+                 block_size=16, block_m=None, block_k=None, tiles=None, num_warps=None, check=None,
+                 scale_store=None):
         self.grouped = grouped = input_offsets is not None
         who = "grouped_block_quantize" if grouped else "block_quantize"
         M, K = _check_quant_input(who, x, global_scale, block_size)
         g = _check_offsets(who, x, input_offsets, output_offsets) if grouped else 1
         _check_tuning(who, block_m, block_k, tiles)
+        if scale_store not in (None, SCALE_BYTES, SCALE_WORDS, SCALE_WORDS_INTERLEAVED):
+            raise ValueError(f"{who}: scale_store must be SCALE_BYTES, SCALE_WORDS or SCALE_WORDS_INTERLEAVED "
+                             f"(0, 1, 2) or None, got {scale_store!r}")
         self.nb = nb = K // block_size
         if grouped:
             layout, n_rows, pk = _GROUPED, M + 127 * g, _round_up(nb, 4)
@@ -654,7 +698,7 @@ class BlockQuantize:
         self.dense_offsets = not grouped or (input_offsets.stride(0) == 1 and output_offsets.stride(0) == 1)
         self.prologue = x.fn if isinstance(x, LoadPrologue) else None
         self.launch = _QuantizeLaunch(x, global_scale is not None, g, pk, n_rows, layout, block_size, block_m,
-                                      block_k, tiles, num_warps, check if grouped else None)
+                                      block_k, tiles, num_warps, check if grouped else None, scale_store)
 
     @property
     def fuses_check(self) -> bool:
@@ -693,6 +737,18 @@ def quantize_config(M: int, K: int, block_size: int = 16) -> tuple[int, int, int
     return block_m, block_k, tiles, 2
 
 
+def _scale_store(scale_store: int | None, layout: int, block_m: int, blocks_per_tile: int) -> int:
+    """The scale store a launch takes: the requested one (None: SCALE_BYTES, the measured default) where the tile
+    allows it. Words need a swizzled layout and a multiple of 4 blocks per tile; interleaved rows 4 | block_m | 128;
+    a request the tile does not allow takes the next simpler store."""
+    store = SCALE_BYTES if scale_store is None else scale_store
+    if layout == _PLAIN or blocks_per_tile % 4:
+        return SCALE_BYTES
+    if store == SCALE_WORDS_INTERLEAVED and (block_m % 4 or 128 % block_m):
+        return SCALE_WORDS
+    return store
+
+
 class _QuantizeLaunch:
     """The one launch of a quantization: the quantize programs, then (padded layouts) the programs that zero the
     scale buffer's padding, for x of fixed metadata (a tensor's sizes, strides, dtype and pair alignment, or a load
@@ -703,13 +759,16 @@ class _QuantizeLaunch:
     device check bits into a flag (group_offsets_check.group_offsets_bits)."""
 
     def __init__(self, x, has_gs, g, pk, n_rows, layout, block_size, block_m, block_k, tiles, num_warps,
-                 check=None):
+                 check=None, scale_store=None):
         M, K = x.shape
         dm, dk, dt, dw = quantize_config(M, K, block_size)
         bm, tiles, num_warps = block_m or dm, tiles or dt, num_warps or dw
         bk = max(block_size, min(block_k or dk, next_pow2(K)))
         k_tiles = max(cdiv(K, bk), 1)
-        quant_programs = cdiv(cdiv(M, bm) * k_tiles, tiles) if K > 0 else 0
+        store = _scale_store(scale_store, layout, bm, bk // block_size)
+        # Interleaved tiles cover whole 128-row blocks (the last one's missing rows masked).
+        m_tiles = cdiv(M, 128) * (128 // bm) if store == SCALE_WORDS_INTERLEAVED else cdiv(M, bm)
+        quant_programs = cdiv(m_tiles * k_tiles, tiles) if K > 0 else 0
         zero_programs = z_cols = 0
         unit_log2, zr, zc = 0, 1, 1
         scales_numel = n_rows * pk
@@ -742,7 +801,7 @@ class _QuantizeLaunch:
             def bind(check):
                 check_ints, check_meta = fused_check_args(check, g)
                 return bound_launch(_block_quantize_prologue_kernel, grid, (*ints, *check_ints),
-                                    {**meta, **check_meta}, num_warps, device=x.device,
+                                    {**meta, **check_meta, "SCALE_STORE": store}, num_warps, device=x.device,
                                     compile_options=COMPILE_OPTIONS, tuple_scalars=True)
         else:
             # The pair formats read x as integers of twice its element size: unit-stride rows and aligned pairs.
@@ -760,7 +819,7 @@ class _QuantizeLaunch:
             def bind(check):
                 check_ints, check_meta = fused_check_args(check, g)
                 return bound_launch(_block_quantize_kernel, grid, (*ints[:3], *strides, *ints[3:], *check_ints),
-                                    {**meta, **check_meta}, num_warps, device=x.device)
+                                    {**meta, **check_meta, "SCALE_STORE": store}, num_warps, device=x.device)
 
         self.bound = bind(None)
         if check is not None and layout == _GROUPED:
