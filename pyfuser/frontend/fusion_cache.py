@@ -39,6 +39,9 @@ class CompiledFusion:
         refuse_device_meshes(fusion, "a fusion cache")
         self._fusion = fusion
         self._fec = FusionExecutorCache(fusion)
+        # The common call, inputs only and no profiler listening: FusionDefinition.execute calls this directly,
+        # one Python frame (~0.3 us) less than execute().
+        self.execute_inputs = self._fec.execute
         self.fusion_id = fusion_id
         if hasattr(fusion, "_executor_ref"):
             fusion._executor_ref = weakref.ref(self._fec)

@@ -344,8 +344,10 @@ class FusionDefinition:
             fec = self._get_executor()
         if save_repro_inputs:
             self.fake_inputs = fake_copies(inputs)
-        if device is None and not _enable_options and not _disable_options:
-            return fec.execute(inputs)  # the common call: no keywords to pass on
+        if device is None and not _enable_options and not _disable_options:  # the common call
+            if not profiler._active:
+                return fec.execute_inputs(inputs)
+            return fec.execute(inputs)
         return fec.execute(inputs, device=_device_arg(device), enable_options=_enable_options,
                            disable_options=_disable_options)
 
