@@ -96,7 +96,9 @@ def stub_launches() -> None:
             self.cuda = True
 
         launcher.BoundLaunch.__init__ = cuda_init
-        launcher.BoundLaunch._launch = lambda self, tensors, scalars, jit_tensors: _NoopCompiled()
+        # (a launch returns the runner of its compiled kernel since compiled_runner, the kernel itself before)
+        runner = launcher.compiled_runner(_NoopCompiled()) if hasattr(launcher, "compiled_runner") else _NoopCompiled()
+        launcher.BoundLaunch._launch = lambda self, tensors, scalars, jit_tensors: runner
         if not hasattr(torch._C, "_cuda_getCurrentRawStream"):  # (a CPU build of torch)
             torch._C._cuda_getCurrentRawStream = lambda index: 0
     elif hasattr(launcher, "BoundLaunch"):

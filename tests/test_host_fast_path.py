@@ -275,7 +275,7 @@ def test_a_bound_launch_keys_its_specializations_by_alignment_and_integer_scalar
 
     def compile_once(self, tensors, scalars, jit_tensors):
         compiles.append(([t.data_ptr() % 16 == 0 for t in tensors], tuple(scalars)))
-        return _RecordingCompiled(runs)
+        return launcher_mod.compiled_runner(_RecordingCompiled(runs))
 
     monkeypatch.setattr(launcher_mod.BoundLaunch, "_launch", compile_once)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 1000 + index, raising=False)
@@ -345,7 +345,8 @@ def test_a_compiled_launcher_without_scratch_is_called_at_its_c_launch(monkeypat
         run(3, 1, 1, 77, *head, 10)
         assert calls[-1] == ("__call__", 3, 1, 1, 77, "function", "metadata", None, None, None, 10)
     # Through a bound launch: the first call compiles (the JIT), later ones reach the C launch.
-    monkeypatch.setattr(launcher_mod.BoundLaunch, "_launch", lambda self, t, s, j: _CompiledWith(CudaLauncher(calls)))
+    monkeypatch.setattr(launcher_mod.BoundLaunch, "_launch",
+                        lambda self, t, s, j: launcher_mod.compiled_runner(_CompiledWith(CudaLauncher(calls))))
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 5, raising=False)
     monkeypatch.setattr(launcher_mod, "_launch_hooks_installed", lambda: False)
     bound = launcher_mod.Launcher(None, 4).bind((2,), (9,), torch.device("cuda", 0))
@@ -483,7 +484,8 @@ def test_a_tuple_argument_is_keyed_by_its_items_and_passed_raw(monkeypatch):
 
     compiles, runs = [], []
     monkeypatch.setattr(launcher_mod.BoundLaunch, "_launch",
-                        lambda self, tensors, scalars, jit: compiles.append(scalars) or _RecordingCompiled(runs))
+                        lambda self, tensors, scalars, jit: compiles.append(scalars)
+                        or launcher_mod.compiled_runner(_RecordingCompiled(runs)))
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0, raising=False)
     monkeypatch.setattr(launcher_mod, "_launch_hooks_installed", lambda: False)
     bound = launcher_mod.Launcher(None, 4).bind((2,), (9,), torch.device("cuda", 0))

@@ -157,8 +157,9 @@ class Launcher:
     def launch(self, grid: Sequence[int], tensors: Sequence[torch.Tensor], scalars: Sequence = (),
                constexprs: Sequence = (), jit_tensors: Optional[Callable[[], Sequence[torch.Tensor]]] = None):
         """``jit_tensors()``, if given, builds the pointer arguments as the JIT path must see them (views of other
-        dtypes at the same addresses as ``tensors``); they are only built on that path. Returns the compiled kernel
-        when its specialization can be launched directly (None on the interpreter or while hooks force the JIT).
+        dtypes at the same addresses as ``tensors``); they are only built on that path. Returns the compiled kernel's
+        runner (:func:`compiled_runner`) when its specialization can be launched directly (None on the interpreter
+        or while hooks force the JIT).
         A scalar may be a tuple (a load prologue's arguments, tensors included): its elements are part of the
         specialization key and its tensors are passed by address."""
         g0 = grid[0]
@@ -176,13 +177,13 @@ class Launcher:
             ptrs = [t.data_ptr() for t in tensors]
             key = (first.device.index, *[t.dtype for t in tensors], *[p % 16 == 0 for p in ptrs],
                    *map(_scalar_spec, scalars), *constexprs)
-            compiled = self._compiled.get(key)
-            if compiled is not None:
+            runner = self._compiled.get(key)
+            if runner is not None:
                 try:
+                    run, head = runner
                     stream = torch._C._cuda_getCurrentRawStream(first.device.index)  # the capture stream too
-                    compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None,
-                                 *ptrs, *map(_raw, scalars), *constexprs)
-                    return compiled
+                    run(g0, g1, g2, stream, *head, *ptrs, *map(_raw, scalars), *constexprs)
+                    return runner
                 except Exception as e:  # an incompatible Triton: take the JIT path from now on
                     self._direct_failed(e, scalars)
                     direct = False
@@ -191,13 +192,14 @@ class Launcher:
                                          **self.options)
         stats["jit"] += 1
         if direct and compiled is not None and hasattr(compiled, "run") and hasattr(compiled, "packed_metadata"):
+            runner = compiled_runner(compiled)
             with self._lock:
                 new = key not in self._compiled
-                self._compiled[key] = compiled
+                self._compiled[key] = runner
             if new and log.isEnabledFor(logging.INFO):
                 log.info("pyfuser: kernel %s specialized and launched in %.1f ms (Triton compile or cache load)",
                          self.name, (time.perf_counter() - start) * 1e3)
-            return compiled
+            return runner
         return None
 
     def _direct_failed(self, e: Exception, scalars: Sequence) -> None:
@@ -287,9 +289,9 @@ class BoundLaunch:
                     return
                 except Exception as e:
                     self.launcher._direct_failed(e, scalars)
-            compiled = self._launch(tensors, scalars, jit_tensors)
-            if compiled is not None:
-                self._compiled[key] = compiled_runner(compiled)
+            runner = self._launch(tensors, scalars, jit_tensors)
+            if runner is not None:
+                self._compiled[key] = runner
             return
         self._launch(tensors, scalars, jit_tensors)
 
