@@ -488,6 +488,13 @@ def test_quantize_scale_stores_match_the_reference(store, block_m, dtype, k):
     ref_packed, ref_scales = fused_reference(x, gs)
     assert torch.equal(packed.view(torch.uint8), ref_packed.view(torch.uint8))
     assert torch.equal(scales.view(torch.uint8), ref.linear_to_swizzled_128_4(ref_scales).view(torch.uint8))
+    # Non-contiguous x (element loads, not pairs): column-major and a row slice of a wider tensor.
+    for x_nc in (transposed((sum(tokens), k), dtype), sliced((sum(tokens), k), dtype)):
+        packed, scales = lk.grouped_block_quantize(x_nc, in_off, out_off, block_m=block_m, scale_store=store)
+        ref_packed, ref_scales = grouped_reference(x_nc, in_off, out_off)
+        assert packed.shape == ref_packed.shape and packed.is_contiguous()
+        assert torch.equal(packed.view(torch.uint8), ref_packed.view(torch.uint8))
+        assert_layout_equal(scales, ref_scales, len(tokens))
 
 
 def test_quantize_scale_store_must_be_known():
