@@ -335,15 +335,20 @@ def test_device_offset_checks_report_from_a_later_call(case, spoil, match, sync_
         fd.execute(bad, _enable_options=["sync_offset_checks"])
 
 
-def test_gemm_runs_its_device_check_in_its_own_launch(device_checks, monkeypatch):
-    """At decode shapes the GEMM's program 0 checks the offsets (group_offsets_bits): no check kernel is launched,
-    and bad offsets are still reported by the next call; a call with checks off or on the host launches none."""
+def _no_check_launch(monkeypatch):
+    """From now on, preparing the offsets' own check launch fails the test."""
     from pyfuser.ops import offset_checks
 
     def no_check_launch(*args):
-        raise AssertionError("the offsets' check kernel was prepared: the GEMM should run the check itself")
+        raise AssertionError("the offsets' check kernel was prepared: the op's launch should run the check itself")
 
     monkeypatch.setattr(offset_checks, "_prepare_device_flags", no_check_launch)
+
+
+def test_gemm_runs_its_device_check_in_its_own_launch(device_checks, monkeypatch):
+    """At decode shapes the GEMM's program 0 checks the offsets (group_offsets_bits): no check kernel is launched,
+    and bad offsets are still reported by the next call; a call with checks off or on the host launches none."""
+    _no_check_launch(monkeypatch)
     name, define, inputs = CASES["grouped GEMM"]()
     fd = define()
     good = inputs(0)
@@ -379,16 +384,6 @@ _FUSED_BAD = [
     ("grouped quantize", "capacity exceeded", None, [0, 300, 428], _OUTS_BAD.format(cap=405),
      r"output_offsets \[0, 300, 428\] need 428 block-scale rows, but the buffer's m \+ 127\*g = 405 rows"),
 ]
-
-
-def _no_check_launch(monkeypatch):
-    """From now on, preparing the offsets' own check launch fails the test."""
-    from pyfuser.ops import offset_checks
-
-    def no_check_launch(*args):
-        raise AssertionError("the offsets' check kernel was prepared: the op's launch should run the check itself")
-
-    monkeypatch.setattr(offset_checks, "_prepare_device_flags", no_check_launch)
 
 
 @pytest.mark.parametrize("case, what, starts, outs, match, sync_match", _FUSED_BAD,
