@@ -63,14 +63,15 @@ def check_block(g: int) -> int:
     return max(next_pow2(g), 16)
 
 
-def fused_check_args(c, g: int) -> tuple[tuple[int, int], dict]:
-    """((check_m, check_capacity), the CHECK constexprs) of an NVFP4 layout or grouped quantize launch over g
-    groups: with ``c`` (an offset_checks.GroupCheck, no problem_sizes) its program 0 runs the check that
-    prepare_group_offsets_flags would launch, with the same extents; with None, the launch without it."""
+def fused_check_args(c, g: int, sizes: bool = False) -> tuple[tuple[int, ...], dict]:
+    """((check_m, check_capacity[, check_n, check_k]), the CHECK constexprs) of an op launch over g groups that
+    runs the offsets' check in its program 0 (the NVFP4 layout op, grouped quantize and decode GEMM): with ``c``
+    (an offset_checks.GroupCheck) the check that prepare_group_offsets_flags would launch, with the same extents;
+    with None, the launch without it. ``sizes``: the kernel also checks problem_sizes against (n, k)."""
     if c is None:
-        return (0, 0), dict(CHECK=False, CHECK_EVERY_ROW=False, CHECK_BLOCK=16)
-    return ((c.m, c.capacity if c.capacity is not None else 0),
-            dict(CHECK=True, CHECK_EVERY_ROW=c.every_row, CHECK_BLOCK=check_block(g)))
+        return (0, 0, 0, 0)[:4 if sizes else 2], dict(CHECK=False, CHECK_EVERY_ROW=False, CHECK_BLOCK=16)
+    ints = (c.m, c.capacity if c.capacity is not None else 0) + ((c.n, c.k) if sizes else ())
+    return ints, dict(CHECK=True, CHECK_EVERY_ROW=c.every_row, CHECK_BLOCK=check_block(g))
 
 
 def prepare_group_offsets_flags(c, starts, outs, sizes):

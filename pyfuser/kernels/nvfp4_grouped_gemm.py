@@ -70,7 +70,7 @@ from ..ops import narrow_precision as ops
 from ..ops.offset_checks import PreparedGroupCheck
 from ..ops.registry import attach
 from ..nvfp4.gemm_contract import check_operands, contract_error, out_torch_dtype
-from .group_offsets_check import check_block, group_offsets_bits
+from .group_offsets_check import fused_check_args, group_offsets_bits
 
 __all__ = ["GemmConfig", "GroupedGemm", "default_config", "nvfp4_grouped_mm"]
 
@@ -220,8 +220,7 @@ class GroupedGemm:
         bkw = max(cfg.block_k // 8, 1)  # words per k-tile
         self.split = split = min(cfg.split_k, cdiv(kw, bkw))  # every split gets at least one k-tile
         meta = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split,
-                    GROUP_M=cfg.group_m, F16=cfg.predequant, EVEN_K=(kw % bkw == 0), G_BLOCK=g_block,
-                    CHECK=False, CHECK_EVERY_ROW=False, CHECK_BLOCK=16)
+                    GROUP_M=cfg.group_m, F16=cfg.predequant, EVEN_K=(kw % bkw == 0), G_BLOCK=g_block)
         ints = (m, n, kw, g, s1_capacity, stride_am, stride_bg, stride_bn, scale2.stride(0), problem_sizes.stride(0),
                 self.out_stride)
 
@@ -230,10 +229,7 @@ class GroupedGemm:
             # (the bound launch, its split-K tile counters and partials).
             grid_m, grid_n = cdiv(m, cfg.block_m) + g_hi - g_lo, cdiv(n, cfg.block_n)
             scratch = (grid_m * grid_n, grid_m * grid_n * split * cfg.block_n * cfg.block_m)
-            checks, check_meta = (0, 0, 0, 0), {}
-            if check is not None:
-                checks = (check.m, check.capacity or 0, check.n, check.k)
-                check_meta = dict(CHECK=True, CHECK_EVERY_ROW=check.every_row, CHECK_BLOCK=check_block(g))
+            checks, check_meta = fused_check_args(check, g, sizes=True)
             return (bound_launch(_nvfp4_gemm_kernel, (grid_m * grid_n, split, 1), (*ints, g_lo, g_hi, *checks),
                                  {**meta, **check_meta}, cfg.num_warps, cfg.num_stages, device=dev), scratch)
 
