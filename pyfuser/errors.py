@@ -1,11 +1,14 @@
-"""pyfuser's exception types. Each subclasses the builtin a caller would naturally catch."""
+"""pyfuser's exception types. Each subclasses the builtin a caller would naturally catch.
+
+Definition and input errors are RuntimeErrors too: nvFuser raises every failed check as a RuntimeError, so code
+written for it catches that."""
 
 
 class PyfuserError(Exception):
     """Base of every error pyfuser raises on purpose."""
 
 
-class FusionDefinitionError(PyfuserError, ValueError):
+class FusionDefinitionError(PyfuserError, ValueError, RuntimeError):
     """An op or define_* call got bad arguments (the message names the op and the argument)."""
 
 
@@ -13,7 +16,7 @@ class FusionDtypeError(FusionDefinitionError, TypeError):
     """An op got an operand of a dtype it does not accept."""
 
 
-class InputValidationError(PyfuserError, ValueError):
+class InputValidationError(PyfuserError, ValueError, RuntimeError):
     """execute() got inputs that contradict the definition (the message names the input position)."""
 
 
@@ -21,7 +24,7 @@ class InputTypeError(InputValidationError, TypeError):
     """execute() got an input of the wrong Python type or dtype."""
 
 
-class InputDeviceError(InputValidationError, RuntimeError):
+class InputDeviceError(InputValidationError):
     """execute() got inputs on the wrong or on mixed devices."""
 
 

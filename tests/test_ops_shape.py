@@ -370,7 +370,8 @@ def test_squeeze_after_broadcast_in_dim():
         ([1, 0, 1], [3, 5, 3]),
         ([-3, 0, -2], [-1, 5, 3]),  # negative bounds wrap
         ([0, -100, 1], [100, 4, 100]),  # out-of-range bounds are clamped
-        ([2, 3, 0], [1, 3, 3]),  # empty slices
+        ([2, 3, 0], [2, 3, 3]),  # empty slices
+        ([-1, 3, 0], [1, 3, 3]),  # an end below its start once wrapped: empty (constant ones are refused)
     ],
 )
 def test_slice(layout, dtype, starts, ends):
@@ -759,15 +760,28 @@ _ERRORS = {
     ),
     "squeeze_range": (lambda fd: fd.ops.squeeze(_t(fd, (1, 2)), [2]), FusionDefinitionError, "out of range"),
     # slice
-    "slice_step": (lambda fd: fd.ops.slice(_t(fd), [0, 0, 0], [2, 2, 2], [1, 2, 1]), UnsupportedOpError, r"fd.ops.slice: argument 'strides'\[1\]=2"),
-    "slice_zero_step": (lambda fd: fd.ops.slice(_t(fd), [0, 0, 0], [2, 2, 2], [1, 0, 1]), FusionDefinitionError, "must be positive"),
-    "slice_rank": (lambda fd: fd.ops.slice(_t(fd), [0, 0], [2, 2]), FusionDefinitionError, "fd.ops.slice: argument 'start_indices'.*rank 3"),
-    "slice_end_rank": (lambda fd: fd.ops.slice(_t(fd), [0, 0, 0], [2, 2]), FusionDefinitionError, "argument 'end_indices'"),
-    "slice_strides_rank": (lambda fd: fd.ops.slice(_t(fd), [0, 0, 0], [2, 2, 2], [1, 1]), FusionDefinitionError, "argument 'strides'"),
+    # (each message also carries nvFuser's own sentence for the check, which code written for nvFuser matches on)
+    "slice_step": (lambda fd: fd.ops.slice(_t(fd), [0, 0, 0], [2, 2, 2], [1, 2, 1]), UnsupportedOpError,
+                   r"fd.ops.slice: argument 'strides'\[1\]=2.*All slice operation strides must be of const size 1"),
+    "slice_zero_step": (lambda fd: fd.ops.slice(_t(fd), [0, 0, 0], [2, 2, 2], [1, 0, 1]), FusionDefinitionError,
+                        "must be positive.*All slice operation strides must be of const size 1"),
+    "slice_rank": (lambda fd: fd.ops.slice(_t(fd), [0, 0], [2, 2]), FusionDefinitionError,
+                   "fd.ops.slice: argument 'start_indices'.*rank 3.*Number of tensor dimensions does not match slice "
+                   "dimensions!"),
+    "slice_end_rank": (lambda fd: fd.ops.slice(_t(fd), [0, 0, 0], [2, 2]), FusionDefinitionError,
+                       "argument 'end_indices'.*Slice indexing attribute dimensions don't match!"),
+    "slice_strides_rank": (lambda fd: fd.ops.slice(_t(fd), [0, 0, 0], [2, 2, 2], [1, 1]), FusionDefinitionError,
+                           "argument 'strides'.*Slice start_indices and strides don't match!"),
+    # nvFuser checks the strides' count first, then the rank, then the ends' count
+    "slice_strides_count_first": (lambda fd: fd.ops.slice(_t(fd), [0, 0], [2, 2], [1, 1, 1]), FusionDefinitionError,
+                                  "Slice start_indices and strides don't match!"),
+    "slice_end_before_start": (lambda fd: fd.ops.slice(_t(fd), [3, 0, 0], [1, 2, 2]), FusionDefinitionError,
+                               r"'end_indices'\[0\]=1 is below start 3.*Slice operation end_indices must be greater "
+                               "than or equal to start_indices"),
     "slice_manual_negative": (
         lambda fd: fd.ops.slice(_t(fd), [-1, 0, 0], [2, 2, 2], manual_normalization=True),
         FusionDefinitionError,
-        "negative",
+        "negative.*Slice operation start_indices must be greater than or equal to 0",
     ),
     "slice_manual_end": (
         lambda fd: fd.ops.slice(_t(fd, (4, 4)), [0, 0], [5, 2], manual_normalization=True),

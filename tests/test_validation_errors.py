@@ -60,6 +60,10 @@ def test_error_classes_subclass_builtins():
     assert issubclass(InputTypeError, TypeError) and issubclass(InputTypeError, InputValidationError)
     assert issubclass(InputDeviceError, RuntimeError) and issubclass(InputDeviceError, InputValidationError)
     assert issubclass(UnsupportedOpError, NotImplementedError)
+    # nvFuser raises every failed check as a RuntimeError; code written for it catches ours the same way.
+    for cls in (FusionDefinitionError, FusionDtypeError, InputValidationError, InputTypeError, InputDeviceError,
+                UnsupportedOpError):
+        assert issubclass(cls, RuntimeError), cls
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -8,8 +8,11 @@ Shapes are lists of ints / Int scalars, or a Vector. As in nvFuser's TensorViewB
 makes a broadcast dim, so a factory result broadcasts against other tensors like a size-1 dim in torch.
 
 Random factories: with ``rng_seed`` and ``rng_offset`` the values come from a torch.Generator seeded from the
-pair, so equal (seed, offset) give equal values on every run (on a given device); without them they draw from
-torch's default generator. Values are drawn in Float (Double for Double) and then cast, as nvFuser does.
+pair, so equal (seed, offset) give equal values on every run (on a given device). Without them, on CUDA, the pair
+is torch's CUDA generator's seed and Philox offset (in units of 4, advanced by 4 per op, as nvFuser does): the
+i-th such op after ``torch.manual_seed(s)`` equals the op with ``rng_seed=s, rng_offset=i``. On CPU, and while a
+CUDA graph is captured, they draw from torch's default generator. Values are drawn in Float (Double for Double) and then cast, as nvFuser does;
+``uniform`` stays in [minval, maxval) after the cast (a value rounded to maxval becomes minval, as in nvFuser).
 """
 
 from __future__ import annotations
@@ -172,12 +175,29 @@ def _mix_seed(seed: int, offset: int) -> int:
     return x ^ (x >> 31)
 
 
+def _stateful_seed_offset(device: torch.device):
+    """(seed, offset) for a random op without them, taken from torch's CUDA generator as nvFuser takes them: its
+    seed, and its Philox offset in units of 4 (each such op advances it by 4). So the i-th such op after
+    ``torch.manual_seed(s)`` draws what the op with ``rng_seed=s, rng_offset=i`` draws. (None, None) elsewhere: on
+    CPU (a generator without offsets) and while a CUDA graph is captured, the op draws from torch's default
+    generator, which a captured graph advances on every replay."""
+    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        return None, None
+    generator = torch.cuda.default_generators[device.index if device.index is not None else
+                                              torch.cuda.current_device()]
+    offset = generator.get_offset()
+    generator.set_offset(offset + 4)
+    return generator.initial_seed(), offset // 4
+
+
 def _random(draw, shape, a, b, rng_seed, rng_offset, dtype):
     """``draw(shape, generator, dtype, device) * b + a`` computed in Float (Double for Double), then cast."""
     device = _device()
     tdt = to_torch_dtype(dtype)
     if device.type == "meta":
         return torch.empty(_shape(shape), dtype=tdt, device="meta")
+    if rng_seed is None:
+        rng_seed, rng_offset = _stateful_seed_offset(device)
     generator: Optional[torch.Generator] = None
     if rng_seed is not None:
         generator = torch.Generator(device=device)
@@ -188,7 +208,10 @@ def _random(draw, shape, a, b, rng_seed, rng_offset, dtype):
 
 
 def _uniform_eval(node, minval, maxval, shape, rng_seed=None, rng_offset=None, dtype=DataType.Float):
-    return _random(torch.rand, shape, minval, maxval - minval, rng_seed, rng_offset, dtype)
+    values = _random(torch.rand, shape, minval, maxval - minval, rng_seed, rng_offset, dtype)
+    # The range is [minval, maxval) in the result's dtype: a draw that rounds to maxval there (common in Half and
+    # BFloat16, whose last value below 1.0 is 1 - 2**-9) becomes minval, as nvFuser's kernels do (its issue 1653).
+    return values.masked_fill_(values == maxval, minval)
 
 
 def _normal_eval(node, mean, std, shape, rng_seed=None, rng_offset=None, dtype=DataType.Float):
@@ -219,7 +242,7 @@ def _random_build(op: str, a, b, names, shape, rng_seed, rng_offset, dtype) -> O
 @register("uniform", OpKind.FACTORY, _uniform_eval)
 def uniform(minval, maxval, shape, *, rng_seed=None, rng_offset=None, dtype: DataType = DataType.Float):
     """fd.ops.uniform(minval, maxval, shape, *, rng_seed=None, rng_offset=None, dtype=Float): values drawn
-    uniformly from [minval, maxval) (rounding to a narrow dtype may reach maxval)."""
+    uniformly from [minval, maxval)."""
     return _random_build("uniform", minval, maxval, ("minval", "maxval"), shape, rng_seed, rng_offset, dtype)
 
 

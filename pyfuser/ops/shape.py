@@ -413,18 +413,32 @@ def _slice_eval(node, arg, start_indices, end_indices, strides=None, manual_norm
     return arg[tuple(index)]  # basic indexing: a new view, even when nothing is cut
 
 
-def _check_steps(op: str, strides, ndim: int) -> None:
-    _, steps = _int_list(op, strides, "strides")
-    if len(steps) != ndim:
-        fail(op, f"argument 'strides' has {len(steps)} entries but the input has rank {ndim}")
-    for i, st in enumerate(steps):
-        v = extent_of(st)
-        if v is not None and v <= 0:
-            fail(op, f"argument 'strides'[{i}]={v} must be positive")
-        if v != 1:
-            raise UnsupportedOpError(
-                f"fd.ops.slice: argument 'strides'[{i}]={st if v is None else v}: only step 1 is supported"
-            )
+# nvFuser's own words for its slice checks, kept in our messages: code written for nvFuser matches on them.
+_NVF_STRIDES = "nvFuser Limitation: All slice operation strides must be of const size 1."
+
+
+def _check_slice_arity(op: str, ndim: int, starts: list, ends: list, steps: Optional[list]) -> None:
+    """nvFuser's arity checks, in its order: strides against starts, the rank, ends against starts."""
+    n1 = len(starts)
+    if steps is not None and len(steps) != n1:
+        fail(op, f"argument 'strides' has {len(steps)} entries, 'start_indices' {n1}: Slice start_indices and "
+                 f"strides don't match! Start Indices: {n1} Strides: {len(steps)}")
+    if n1 != ndim:
+        fail(op, f"argument 'start_indices' has {n1} entries but the input has rank {ndim}: Number of tensor "
+                 "dimensions does not match slice dimensions!")
+    if len(ends) != n1:
+        fail(op, f"argument 'end_indices' has {len(ends)} entries, 'start_indices' {n1}: Slice indexing attribute "
+                 f"dimensions don't match! Start Indices: {n1} End Indices: {len(ends)}")
+
+
+def _check_step(op: str, d: int, step) -> None:
+    v = extent_of(step)
+    if v is not None and v <= 0:
+        fail(op, f"argument 'strides'[{d}]={v} must be positive ({_NVF_STRIDES})")
+    if v != 1:
+        raise UnsupportedOpError(
+            f"fd.ops.slice: argument 'strides'[{d}]={step if v is None else v}: only step 1 is supported "
+            f"({_NVF_STRIDES})")
 
 
 @register("slice", OpKind.VIEW, _slice_eval)
@@ -442,21 +456,23 @@ def slice(arg, start_indices, end_indices, strides=None, manual_normalization: b
         fail(op, f"argument 'manual_normalization' must be a bool, got {manual_normalization!r}", FusionDtypeError)
     _, starts = _int_list(op, start_indices, "start_indices")
     _, ends = _int_list(op, end_indices, "end_indices")
-    for name, vals in (("start_indices", starts), ("end_indices", ends)):
-        if len(vals) != n:
-            fail(op, f"argument '{name}' has {len(vals)} entries but the input has rank {n}")
-    if strides is not None:
-        _check_steps(op, strides, n)
+    steps = None if strides is None else _int_list(op, strides, "strides")[1]
+    _check_slice_arity(op, n, starts, ends, steps)
     new_starts, new_ends, domain = [], [], []
     all_static = True  # every bound known and final at definition time
     for d, (dom, s, e) in enumerate(zip(tv.logical, starts, ends)):
         size_d = _size(dom)
         ss, es = extent_of(s), extent_of(e)
+        if manual_normalization and ss is not None and ss < 0:
+            fail(op, f"argument 'start_indices'[{d}]={ss} is negative (manual_normalization=True): Slice operation "
+                     f"start_indices must be greater than or equal to 0. Start Indices: {ss}")
+        # Constant bounds as given (negative ones wrap, below): an end before its start is an error, as in nvFuser.
+        if ss is not None and es is not None and 0 <= es < ss:
+            fail(op, f"argument 'end_indices'[{d}]={es} is below start {ss}: Slice operation end_indices must be "
+                     f"greater than or equal to start_indices. Start Indices: {ss} End Indices: {es}")
+        if steps is not None:
+            _check_step(op, d, steps[d])
         if manual_normalization:
-            if ss is not None and ss < 0:
-                fail(op, f"argument 'start_indices'[{d}]={ss} is negative (manual_normalization=True)")
-            if ss is not None and es is not None and es < ss:
-                fail(op, f"argument 'end_indices'[{d}]={es} is below start {ss} (manual_normalization=True)")
             if size_d is not None and es is not None and es > size_d:
                 fail(op, f"argument 'end_indices'[{d}]={es} exceeds the extent {size_d} (manual_normalization=True)")
         elif size_d is not None:
