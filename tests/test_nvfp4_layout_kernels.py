@@ -439,11 +439,14 @@ def test_grouped_block_quantize_matches_reference(case, dtype, gs):
     assert_layout_equal(scales, ref_scales, len(tokens))
 
 
-def test_grouped_block_quantize_non_contiguous_and_small_tiles():
+@pytest.mark.parametrize("k,tiles", [(64, 3), (128, 2)], ids=["tiles-cross-rows", "tiles-share-rows"])
+def test_grouped_block_quantize_non_contiguous_and_small_tiles(k, tiles):
+    # A program's tiles run along K: with 3 tiles over 2 per row band they cross into the next rows (each tile
+    # looks its rows' groups up); with 2 over 4 they share their rows (looked up once per program).
     tokens = [40, 0, 29]
-    x = transposed((sum(tokens), 64), torch.bfloat16)
+    x = transposed((sum(tokens), k), torch.bfloat16)
     in_off, out_off = offsets(tokens)
-    packed, scales = lk.grouped_block_quantize(x, in_off, out_off, block_m=16, block_k=32, tiles=3)
+    packed, scales = lk.grouped_block_quantize(x, in_off, out_off, block_m=16, block_k=32, tiles=tiles)
     ref_packed, ref_scales = grouped_reference(x, in_off, out_off)
     assert torch.equal(packed.view(torch.uint8), ref_packed.view(torch.uint8))
     assert_layout_equal(scales, ref_scales, len(tokens))

@@ -125,28 +125,54 @@ def _offsets_check(flags_ptr, in_offsets_ptr, out_offsets_ptr, g, check_m, check
 
 
 @triton.jit
-def _swizzled_row_offset(local_rows, base_row, pk):
-    """Row part of the 128x4 swizzled position (int64): a group's base row times pk, the 128-row tile, and the
-    row's place inside the tile (row a*32+b of a tile lands at minor position b*16 + a*4)."""
-    lr = local_rows.to(tl.int64)
-    return base_row.to(tl.int64) * pk + (lr // 128) * 128 * pk + (lr % 32) * 16 + ((lr % 128) // 32) * 4
+def _swizzled_row_offset(local_rows, base_row, pk, WIDE: tl.constexpr):
+    """Row part of the 128x4 swizzled position: a group's base row times pk, the 128-row tile, and the row's place
+    inside the tile (row a*32+b of a tile lands at minor position b*16 + a*4). Shifts and masks, in int32 unless
+    WIDE (a buffer of 2**31 elements or more): integer division and remainder, in int64 above all, cost the
+    quantize 10% of its time on the H200. A negative local row gives garbage, which callers mask."""
+    if WIDE:
+        lr = local_rows.to(tl.int64)
+        base = base_row.to(tl.int64)
+    else:
+        lr = local_rows.to(tl.int32)
+        base = base_row.to(tl.int32)
+    return base * pk + (lr >> 7) * (128 * pk) + ((lr & 31) << 4) + (((lr >> 5) & 3) << 2)
 
 
 @triton.jit
-def _swizzled_col_offset(cols):
+def _swizzled_col_offset(cols, WIDE: tl.constexpr):
     """Column part of the 128x4 swizzled position: 4-column tiles of 512 elements, the column inside the tile."""
-    c = cols.to(tl.int64)
-    return (c // 4) * 512 + c % 4
+    c = cols.to(tl.int64) if WIDE else cols.to(tl.int32)
+    return ((c >> 2) << 9) + (c & 3)
 
 
 @triton.jit
-def _grouped_row_offsets(rows, row_ok, in_offsets_ptr, out_offsets_ptr, g, pk, LOG2_G: tl.constexpr):
-    """(row part of each input row's position in the grouped scale buffer, mask of rows that have a group)."""
+def _grouped_row_offsets(rows, row_ok, in_offsets_ptr, out_offsets_ptr, g, pk, scales_numel, LOG2_G: tl.constexpr,
+                         WIDE: tl.constexpr):
+    """(row part of each input row's position in the grouped scale buffer, mask of rows that have a group). A
+    group whose output offset lies outside the buffer has none (its offsets fail the device check), so that the
+    position's arithmetic cannot wrap around in int32."""
     e = _group_of(rows, in_offsets_ptr, g, LOG2_G)
     in_start = tl.load(in_offsets_ptr + e, mask=row_ok, other=0)
     out_start = tl.load(out_offsets_ptr + e, mask=row_ok, other=0)
     local = rows - in_start
-    return _swizzled_row_offset(local, out_start, pk), row_ok & (local >= 0)
+    in_buffer = (out_start >= 0) & (out_start.to(tl.int64) * pk < scales_numel)
+    return _swizzled_row_offset(local, out_start, pk, WIDE), row_ok & (local >= 0) & in_buffer
+
+
+@triton.jit
+def _scale_rows(rows, M, in_offsets_ptr, out_offsets_ptr, g, pk, scales_numel, SCALE_LAYOUT: tl.constexpr,
+                LOG2_G: tl.constexpr, WIDE: tl.constexpr):
+    """(row part of each row's scale position, rows that have one) in a swizzled scale layout (1: one group, 2:
+    grouped); the row-major layout (0) computes its positions in the store."""
+    row_ok = rows < M
+    if SCALE_LAYOUT == 1:
+        return _swizzled_row_offset(rows, tl.zeros_like(rows), pk, WIDE), row_ok
+    elif SCALE_LAYOUT == 2:
+        return _grouped_row_offsets(rows, row_ok, in_offsets_ptr, out_offsets_ptr, g, pk, scales_numel, LOG2_G,
+                                    WIDE)
+    else:
+        return tl.zeros_like(rows), row_ok
 
 
 @triton.jit
@@ -446,12 +472,13 @@ def _encode_store(lo, hi, mult, fast, ptrs, mask):
 
 @triton.jit
 def _quantize_tile(
-    a0, b0, a1, b1, rows, blocks, r3, pairs, mask,
-    gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr, M, K, g, pk, scales_numel,
-    HAS_GS: tl.constexpr, SCALE_LAYOUT: tl.constexpr, X_FORMAT: tl.constexpr, LOG2_G: tl.constexpr,
+    a0, b0, a1, b1, rows, blocks, r3, pairs, mask, row_off, has_group,
+    gs_ptr, packed_ptr, scales_ptr, M, K, scales_numel,
+    HAS_GS: tl.constexpr, SCALE_LAYOUT: tl.constexpr, X_FORMAT: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, H: tl.constexpr, Q: tl.constexpr, WIDE: tl.constexpr, SCALE_STORE: tl.constexpr,
 ):
-    """Quantize one loaded tile: block scales, FP4 codes, packed data and scale stores."""
+    """Quantize one loaded tile: block scales, FP4 codes, packed data and scale stores (``row_off``,
+    ``has_group``: the rows' scale positions, from _scale_rows)."""
     lo0, hi0 = _to_f32(a0, b0, X_FORMAT)
     amax = _pair_amax(lo0, hi0)
     if H == 2:
@@ -494,13 +521,8 @@ def _quantize_tile(
         dst = rows_w[:, None] * (K // BLOCK_SIZE) + blocks[None, :]
         tl.store(scales_ptr + dst, bits, mask=smask)
     else:
-        if SCALE_LAYOUT == 1:
-            row_off = _swizzled_row_offset(rows, tl.zeros_like(rows), pk)
-            has_group = row_ok
-        else:
-            row_off, has_group = _grouped_row_offsets(rows, row_ok, in_offsets_ptr, out_offsets_ptr, g, pk, LOG2_G)
         if SCALE_STORE == 0:
-            dst = row_off[:, None] + _swizzled_col_offset(blocks)[None, :]
+            dst = row_off[:, None] + _swizzled_col_offset(blocks, WIDE)[None, :]
             smask = smask & has_group[:, None] & (dst >= 0) & (dst < scales_numel)
             tl.store(scales_ptr + dst, bits, mask=smask)
         else:
@@ -512,7 +534,7 @@ def _quantize_tile(
             quads = tl.reshape(bits.to(tl.uint32), [BM, NB // 4, 4])
             words = tl.sum(quads << (tl.arange(0, 4) * 8).to(tl.uint32)[None, None, :], axis=2)
             first = tl.min(blocks, axis=0) + tl.arange(0, NB // 4) * 4
-            dst = row_off[:, None] + ((first // 4) * 512)[None, :]
+            dst = row_off[:, None] + ((first >> 2) << 9)[None, :]
             wmask = has_group[:, None] & (first < K // BLOCK_SIZE)[None, :] & (dst >= 0) & (dst + 4 <= scales_numel)
             tl.store((scales_ptr + dst).to(tl.pointer_type(tl.uint32)), words, mask=wmask)
 
@@ -523,10 +545,12 @@ def _quantize_tiles(
     M, K, g, stride_m, stride_k, pk, scales_numel, k_tiles,
     HAS_GS: tl.constexpr, SCALE_LAYOUT: tl.constexpr, X_FORMAT: tl.constexpr, LOG2_G: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
-    WIDE: tl.constexpr, PROLOGUE: tl.constexpr, PARGS, SCALE_STORE: tl.constexpr,
+    WIDE: tl.constexpr, PROLOGUE: tl.constexpr, PARGS, SCALE_STORE: tl.constexpr, ROWS_SHARED: tl.constexpr,
 ):
     """TILES consecutive tiles; the loads of tile i+1 are issued before tile i is quantized, so that they are in
-    flight while it computes (one load-compute-store tile per program leaves the memory idle during compute)."""
+    flight while it computes (one load-compute-store tile per program leaves the memory idle during compute).
+    ROWS_SHARED (TILES divides the tiles along K): every tile has the same rows, whose scale positions (in the
+    grouped layout a lookup of the rows' groups) are then computed once."""
     P: tl.constexpr = BLOCK_SIZE // 2  # element pairs per block
     # A block's pairs are loaded in H loads of Q pairs along the tile's last axis (16 bytes of bf16 for Q = 4),
     # H = 2 for 16-element blocks: both loads give the same register layout, so one thread holds the whole block
@@ -540,7 +564,12 @@ def _quantize_tiles(
     a1, b1 = a0, b0
     if H == 2:
         a1, b1 = _load_half(x_ptr, r3, pairs + Q, mask, stride_m, stride_k, X_FORMAT, PROLOGUE, PARGS)
+    row_off, has_group = _scale_rows(rows, M, in_offsets_ptr, out_offsets_ptr, g, pk, scales_numel, SCALE_LAYOUT,
+                                     LOG2_G, WIDE)
     for i in tl.static_range(TILES):
+        if i > 0 and not ROWS_SHARED:
+            row_off, has_group = _scale_rows(rows, M, in_offsets_ptr, out_offsets_ptr, g, pk, scales_numel,
+                                             SCALE_LAYOUT, LOG2_G, WIDE)
         if i + 1 < TILES:
             n_rows, n_blocks, n_r3, n_pairs, n_mask = _tile_coords(first_tile + i + 1, k_tiles, M, K, BLOCK_SIZE,
                                                                    BLOCK_M, BLOCK_K, Q, WIDE, IL)
@@ -548,9 +577,9 @@ def _quantize_tiles(
             n_a1, n_b1 = n_a0, n_b0
             if H == 2:
                 n_a1, n_b1 = _load_half(x_ptr, n_r3, n_pairs + Q, n_mask, stride_m, stride_k, X_FORMAT, PROLOGUE, PARGS)
-        _quantize_tile(a0, b0, a1, b1, rows, blocks, r3, pairs, mask,
-                       gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr, M, K, g, pk, scales_numel,
-                       HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, H, Q, WIDE, SCALE_STORE)
+        _quantize_tile(a0, b0, a1, b1, rows, blocks, r3, pairs, mask, row_off, has_group,
+                       gs_ptr, packed_ptr, scales_ptr, M, K, scales_numel,
+                       HAS_GS, SCALE_LAYOUT, X_FORMAT, BLOCK_SIZE, H, Q, WIDE, SCALE_STORE)
         if i + 1 < TILES:
             rows, blocks, r3, pairs, mask = n_rows, n_blocks, n_r3, n_pairs, n_mask
             a0, b0, a1, b1 = n_a0, n_b0, n_a1, n_b1
@@ -579,7 +608,7 @@ def _quantize_program(
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
     WIDE: tl.constexpr, UNIT_LOG2: tl.constexpr, ZERO_R: tl.constexpr, ZERO_C: tl.constexpr,
     PROLOGUE: tl.constexpr, PARGS, CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
-    SCALE_STORE: tl.constexpr,
+    SCALE_STORE: tl.constexpr, ROWS_SHARED: tl.constexpr,
 ):
     # Programs [0, quant_programs) quantize TILES [BLOCK_M, BLOCK_K] tiles of x each; with a padded (swizzled)
     # scale layout, the programs after them write the padding zeros of the scale buffer, so it needs no memset.
@@ -592,12 +621,12 @@ def _quantize_program(
         _quantize_tiles(pid * TILES, x_ptr, gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr,
                         M, K, g, stride_m, stride_k, pk, scales_numel, k_tiles,
                         HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES, WIDE,
-                        PROLOGUE, PARGS, SCALE_STORE)
+                        PROLOGUE, PARGS, SCALE_STORE, ROWS_SHARED)
     elif pid < quant_programs:
         _quantize_tiles(pid * TILES, x_ptr, gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr,
                         M, K, g, stride_m, stride_k, pk, scales_numel, k_tiles,
                         HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES, WIDE,
-                        PROLOGUE, PARGS, SCALE_STORE)
+                        PROLOGUE, PARGS, SCALE_STORE, ROWS_SHARED)
     else:
         nb_units = (K // BLOCK_SIZE) >> UNIT_LOG2
         _zero_padding_tile(units_ptr, in_offsets_ptr, out_offsets_ptr, pid - quant_programs, z_cols, M, nb_units,
@@ -612,13 +641,14 @@ def _block_quantize_kernel(
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
     WIDE: tl.constexpr, UNIT_LOG2: tl.constexpr, ZERO_R: tl.constexpr, ZERO_C: tl.constexpr,
     CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr, SCALE_STORE: tl.constexpr = 0,
+    ROWS_SHARED: tl.constexpr = False,
 ):
     # x read from memory (no prologue: PARGS is never read).
     _quantize_program(tl.program_id(0), x_ptr, gs_ptr, packed_ptr, scales_ptr, units_ptr, in_offsets_ptr,
                       out_offsets_ptr, flags_ptr, M, K, g, stride_m, stride_k, pk, scales_numel, n_rows,
                       quant_programs, k_tiles, z_cols, check_m, check_capacity, HAS_GS, SCALE_LAYOUT, X_FORMAT,
                       LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES, WIDE, UNIT_LOG2, ZERO_R, ZERO_C, None, x_ptr,
-                      CHECK, CHECK_EVERY_ROW, CHECK_BLOCK, SCALE_STORE)
+                      CHECK, CHECK_EVERY_ROW, CHECK_BLOCK, SCALE_STORE, ROWS_SHARED)
 
 
 @triton.jit(do_not_specialize=["check_m", "check_capacity"])
@@ -629,7 +659,7 @@ def _block_quantize_prologue_kernel(
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
     WIDE: tl.constexpr, UNIT_LOG2: tl.constexpr, ZERO_R: tl.constexpr, ZERO_C: tl.constexpr,
     PROLOGUE: tl.constexpr, CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
-    SCALE_STORE: tl.constexpr = 0,
+    SCALE_STORE: tl.constexpr = 0, ROWS_SHARED: tl.constexpr = False,
 ):
     # x computed by PROLOGUE from PARGS (a tuple of its pointers and ints) element by element: a separate entry,
     # so the memory-reading kernel above keeps its signature and its direct launches.
@@ -637,7 +667,7 @@ def _block_quantize_prologue_kernel(
                       out_offsets_ptr, flags_ptr, M, K, g, 0, 0, pk, scales_numel, n_rows, quant_programs,
                       k_tiles, z_cols, check_m, check_capacity, HAS_GS, SCALE_LAYOUT, 0, LOG2_G, BLOCK_SIZE, BLOCK_M,
                       BLOCK_K, TILES, WIDE, UNIT_LOG2, ZERO_R, ZERO_C, PROLOGUE, PARGS, CHECK, CHECK_EVERY_ROW,
-                      CHECK_BLOCK, SCALE_STORE)
+                      CHECK_BLOCK, SCALE_STORE, ROWS_SHARED)
 
 
 def block_quantize(x: torch.Tensor, global_scale: torch.Tensor | None = None, swizzle: bool = False,
@@ -766,6 +796,8 @@ class _QuantizeLaunch:
         bk = max(block_size, min(block_k or dk, next_pow2(K)))
         k_tiles = max(cdiv(K, bk), 1)
         store = _scale_store(scale_store, layout, bm, bk // block_size)
+        # A program's tiles run along K: all of them have the same rows when their count divides k_tiles.
+        rows_shared = tiles == 1 or k_tiles % tiles == 0
         # Interleaved tiles cover whole 128-row blocks (the last one's missing rows masked).
         m_tiles = cdiv(M, 128) * (128 // bm) if store == SCALE_WORDS_INTERLEAVED else cdiv(M, bm)
         quant_programs = cdiv(m_tiles * k_tiles, tiles) if K > 0 else 0
@@ -801,7 +833,7 @@ class _QuantizeLaunch:
             def bind(check):
                 check_ints, check_meta = fused_check_args(check, g)
                 return bound_launch(_block_quantize_prologue_kernel, grid, (*ints, *check_ints),
-                                    {**meta, **check_meta, "SCALE_STORE": store}, num_warps, device=x.device,
+                                    {**meta, **check_meta, "SCALE_STORE": store, "ROWS_SHARED": rows_shared}, num_warps, device=x.device,
                                     compile_options=COMPILE_OPTIONS, tuple_scalars=True)
         else:
             # The pair formats read x as integers of twice its element size: unit-stride rows and aligned pairs.
@@ -819,7 +851,7 @@ class _QuantizeLaunch:
             def bind(check):
                 check_ints, check_meta = fused_check_args(check, g)
                 return bound_launch(_block_quantize_kernel, grid, (*ints[:3], *strides, *ints[3:], *check_ints),
-                                    {**meta, **check_meta, "SCALE_STORE": store}, num_warps, device=x.device)
+                                    {**meta, **check_meta, "SCALE_STORE": store, "ROWS_SHARED": rows_shared}, num_warps, device=x.device)
 
         self.bound = bind(None)
         if check is not None and layout == _GROUPED:
