@@ -1,6 +1,7 @@
 """Where the NVFP4 grouped quantize's time goes: the same x quantized with each scale layout, against a copy.
 
 Run on the GPU machine:  python benchmarks/ab_quantize_layouts.py --out DIR [--variant FILE.py ...]
+                                [--timing-only FILE.py ...] [--knobs]
 Smoke run on CPU:        TRITON_INTERPRET=1 python benchmarks/ab_quantize_layouts.py --device cpu --m 256 --k 512
 
 The grouped quantize (scales written into the layout op's grouped, 128x4-swizzled buffer) took 1.37x a copy of
@@ -13,14 +14,20 @@ its bytes on the H200 at bf16 [16384, 4096], g=8, while the plain quantize (row-
 - a copy moving each row's bytes (x read, packed data and scales written), the ceiling;
 and the swizzled and grouped rows again with the kernel's other scale stores (``scale_store``: 32-bit words, and
 words from rows interleaved within 128-row blocks; bit-identical by construction, checked here).
-``--variant FILE.py`` adds the same three rows for a module file that defines ``block_quantize`` and
-``grouped_block_quantize`` with the same contract (a kernel variant under study: a copy of
-``pyfuser/kernels/nvfp4_layout.py`` with absolute imports and without its ``attach`` calls, which would register
-the ops a second time); its outputs must equal the shipped kernel's bit for bit, or its rows are not timed.
+``--knobs`` adds grouped rows for other tilings (block_k, tiles per program, warps; bit-identical by contract)
+and one without the padding programs (timing only: its padding is left unwritten).
+``--variant FILE.py`` adds the same three rows for a module file that defines ``BlockQuantize`` with the same
+contract (a kernel variant under study: a copy of ``pyfuser/kernels/nvfp4_layout.py`` with absolute imports and
+without its ``attach`` calls, which would register the ops a second time); its outputs must equal the shipped
+kernel's bit for bit, or its rows are not timed. ``--timing-only FILE.py`` times such a file without that check
+(a variant that leaves work out, to bound what that work costs); its rows are marked.
 
-Each time is the median of ``triton.testing.do_bench`` (L2 flushed between calls) over ``--rounds`` interleaved
-rounds; the spread (min-max over rounds) is reported, because kernel times on the H200 have moved by up to 3x
-between repeats within one process. Writes DIR/<date>-quantize-layouts.json and .md.
+Each quantization is prepared once (``BlockQuantize``: checks, config and bound launch, as a cached fusion holds
+it) and replayed from a CUDA graph of ``--calls`` calls, so the times are GPU time alone: the H200 host's time
+per call (allocation, launch) would otherwise mix in where it exceeds the kernel's. Each time is the median of
+``triton.testing.do_bench`` (L2 flushed between replays) over ``--rounds`` interleaved rounds, divided by the
+calls per graph; the spread (min-max over rounds) is reported, because kernel times on the H200 have moved by up
+to 3x between repeats within one process. Writes DIR/<date>-quantize-layouts.json and .md.
 """
 
 from __future__ import annotations
@@ -48,17 +55,35 @@ def _load(path: str):
     return module
 
 
-def _timer(device: torch.device):
+def _timer(device: torch.device, calls: int):
+    """ms per call of a prepared quantization: on CUDA replays of a graph of ``calls`` calls (GPU time only)."""
     if device.type == "cuda":
         import triton.testing
 
-        return lambda fn: triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+        def graphed(fn):
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):  # compiles, and warms the caching allocator for the capture
+                    fn()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(calls):
+                    fn()
+            # (the replays read and write what fn's closure holds: kept alive with the graph)
+            return lambda fn=fn: triton.testing.do_bench(graph.replay, warmup=25, rep=100,
+                                                         return_mode="median") / calls
+        return graphed
 
     def wall(fn):  # CPU smoke runs: a few calls, wall clock
         fn()
-        t0 = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t0) * 1e3
+
+        def once():
+            t0 = time.perf_counter()
+            fn()
+            return (time.perf_counter() - t0) * 1e3
+        return once
     return wall
 
 
@@ -68,12 +93,35 @@ def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
     return torch.as_strided(t, (n,), (1,), 0).view(torch.uint8)
 
 
-def _rows(module, x, starts, sf_starts, **kw):
-    return {
-        "plain": lambda: module.block_quantize(x, **kw),
-        "swizzled": lambda: module.block_quantize(x, swizzle=True, **kw),
-        "grouped": lambda: module.grouped_block_quantize(x, starts, sf_starts, **kw),
-    }
+def _rows(module, x, starts, sf_starts, layouts=("plain", "swizzled", "grouped"), **kw):
+    """Prepared quantizations of x (checks, config and bound launch done once, as a cached fusion holds them)."""
+    rows = {}
+    if "plain" in layouts:
+        plain = module.BlockQuantize(x, **kw)
+        rows["plain"] = lambda: plain(x)
+    if "swizzled" in layouts:
+        swizzled = module.BlockQuantize(x, swizzle=True, **kw)
+        rows["swizzled"] = lambda: swizzled(x)
+    if "grouped" in layouts:
+        grouped = module.BlockQuantize(x, None, starts, sf_starts, **kw)
+        rows["grouped"] = lambda: grouped(x, None, starts, sf_starts)
+    return rows
+
+
+def _without_padding_programs(module, make):
+    """``make()`` with the quantize launches' grid cut to the quantize programs (timing only: the swizzled buffer's
+    padding is then left unwritten). The quantize programs' count is the launch's 9th integer argument."""
+    original = module.bound_launch
+
+    def trimmed(kernel, grid, ints, *args, **kwargs):
+        assert kernel is module._block_quantize_kernel and 0 < ints[8] <= grid[0], "launch arguments moved"
+        return original(kernel, (ints[8],), ints, *args, **kwargs)
+
+    module.bound_launch = trimmed
+    try:
+        return make()
+    finally:
+        module.bound_launch = original
 
 
 def _same_bits(a_rows, b_rows) -> bool:
@@ -84,39 +132,59 @@ def _same_bits(a_rows, b_rows) -> bool:
     return True
 
 
+# Grouped rows with other tilings (block_k, tiles per program, warps; block_m 4 x block_k 512, 2 tiles, 2 warps is
+# the default): every tiling gives the same bits.
+KNOBS = {
+    "block_k 1024": dict(block_k=1024),
+    "block_k 1024, 1 tile": dict(block_k=1024, tiles=1),
+    "1 tile": dict(tiles=1),
+    "4 tiles": dict(tiles=4),
+    "4 warps": dict(num_warps=4),
+    "8 x 512, 4 warps": dict(block_m=8, num_warps=4),
+    "2 x 1024": dict(block_m=2, block_k=1024),
+}
+
+
+ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+ap.add_argument("--out", default="benchmarks/results")
+ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+ap.add_argument("--m", type=int, default=16384)
+ap.add_argument("--k", type=int, default=4096)
+ap.add_argument("--groups", type=int, default=8)
+ap.add_argument("--rounds", type=int, default=3)
+ap.add_argument("--variant", action="append", default=[], help="a module file with a kernel variant")
+ap.add_argument("--timing-only", action="append", default=[],
+                help="a module file with a kernel variant timed without the bit-identity check")
+ap.add_argument("--knobs", action="store_true", help="grouped rows for other tilings, and without padding programs")
+ap.add_argument("--calls", type=int, default=10, help="calls per CUDA graph")
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="benchmarks/results")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--m", type=int, default=16384)
-    ap.add_argument("--k", type=int, default=4096)
-    ap.add_argument("--groups", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--variant", action="append", default=[], help="a module file with a kernel variant")
     args = ap.parse_args(argv)
     dev = torch.device(args.device)
-    bench = _timer(dev)
+    bench = _timer(dev, args.calls)
     torch.manual_seed(0)
     m, k, g = args.m, args.k, args.groups
     x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
     starts, sf_starts = (t.to(dev) for t in offsets_for(uneven_counts(m, g, seed=m)))
     impls = {"shipped": _rows(shipped, x, starts, sf_starts)}
     skipped = {}
-    # The shipped kernel's scale stores (nvfp4_layout.SCALE_*): bytes (the default), words, words from interleaved
-    # rows; they must give the default's bits.
-    for name, store in (("scale words", shipped.SCALE_WORDS), ("scale words, rows interleaved",
-                                                                shipped.SCALE_WORDS_INTERLEAVED)):
-        rows = _rows(shipped, x, starts, sf_starts, scale_store=store)
+    candidates = [(name, _rows(shipped, x, starts, sf_starts, ("swizzled", "grouped"), scale_store=store))
+                  for name, store in (("scale words", shipped.SCALE_WORDS),
+                                      ("scale words, rows interleaved", shipped.SCALE_WORDS_INTERLEAVED))]
+    if args.knobs:
+        candidates += [(name, _rows(shipped, x, starts, sf_starts, ("grouped",), **kw)) for name, kw in KNOBS.items()]
+    candidates += [(os.path.basename(path), _rows(_load(path), x, starts, sf_starts)) for path in args.variant]
+    for name, rows in candidates:  # each must give the default's bits, or it is not timed
         if _same_bits(impls["shipped"], rows):
-            impls[name] = {k: v for k, v in rows.items() if k != "plain"}  # (row-major scales: always bytes)
+            impls[name] = rows
         else:
-            skipped[name] = "outputs differ from the default's"
-    for path in args.variant:
-        rows = _rows(_load(path), x, starts, sf_starts)
-        if _same_bits(impls["shipped"], rows):
-            impls[os.path.basename(path)] = rows
-        else:
-            skipped[path] = "outputs differ from the shipped kernel's"
+            skipped[name] = "outputs differ from the shipped kernel's"
+    if args.knobs:
+        impls["no padding programs (timing only)"] = _without_padding_programs(
+            shipped, lambda: _rows(shipped, x, starts, sf_starts, ("swizzled", "grouped")))
+    for path in args.timing_only:
+        impls[f"{os.path.basename(path)} (timing only)"] = _rows(_load(path), x, starts, sf_starts)
     pk = -(-(k // 16) // 4) * 4
     data_bytes = m * k * 2 + m * k // 2  # x read, packed FP4 written
     scale_bytes = {"plain": m * (k // 16), "swizzled": -(-m // 128) * 128 * pk, "grouped": (m + 127 * g) * pk}
@@ -124,14 +192,15 @@ def main(argv=None):
     for name, nbytes in scale_bytes.items():
         src = torch.empty((data_bytes + nbytes) // 2, dtype=torch.uint8, device=dev)
         dst = torch.empty_like(src)
-        copies[name] = lambda dst=dst, src=src: dst.copy_(src)
+        copies[name] = bench(lambda dst=dst, src=src: dst.copy_(src))
+    impls = {impl: {name: bench(fn) for name, fn in rows.items()} for impl, rows in impls.items()}
     times: dict = {}
     for _ in range(args.rounds):  # interleaved: a drift of the machine hits every row alike
         for name, copy in copies.items():
-            times.setdefault(("copy", name), []).append(bench(copy))
+            times.setdefault(("copy", name), []).append(copy())
         for impl, rows in impls.items():
-            for name, fn in rows.items():
-                times.setdefault((impl, name), []).append(bench(fn))
+            for name, timed in rows.items():
+                times.setdefault((impl, name), []).append(timed())
     results = []
     for (impl, name), ts in times.items():
         if impl == "copy":
@@ -142,10 +211,12 @@ def main(argv=None):
                         "max_us": max(ts) * 1e3, "copy_us": copy_ms * 1e3, "x_copy": med / copy_ms})
     meta = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(dev)
             if dev.type == "cuda" else "cpu", "torch": torch.__version__, "shape": [m, k], "groups": g,
-            "rounds": args.rounds, "skipped_variants": skipped}
+            "rounds": args.rounds, "calls": args.calls, "skipped_variants": skipped}
     lines = [f"# NVFP4 quantize by scale layout, {meta['date']}", "",
-             f"{meta['device']}, torch {meta['torch']}; bf16 x {[m, k]}, g={g}; median of {args.rounds} "
-             "interleaved rounds of do_bench (min-max in brackets); the copy moves the same bytes.", "",
+             f"{meta['device']}, torch {meta['torch']}; bf16 x {[m, k]}, g={g}; " + (
+                 f"GPU time per call: CUDA graphs of {args.calls} prepared calls, median of {args.rounds} interleaved "
+                 "rounds of do_bench" if dev.type == "cuda" else f"wall clock of one call, {args.rounds} rounds")
+             + " (min-max in brackets); the copy moves the same bytes.", "",
              "| kernel | scale layout | µs | time / copy |", "|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r['impl']} | {r['layout']} | {r['us']:.1f} [{r['min_us']:.1f}-{r['max_us']:.1f}] | "
