@@ -8,10 +8,8 @@ Shapes are lists of ints / Int scalars, or a Vector. As in nvFuser's TensorViewB
 makes a broadcast dim, so a factory result broadcasts against other tensors like a size-1 dim in torch.
 
 Random factories: with ``rng_seed`` and ``rng_offset`` the values come from a torch.Generator seeded from the
-pair, so equal (seed, offset) give equal values on every run (on a given device). Without them, on CUDA, the pair
-is torch's CUDA generator's seed and Philox offset (in units of 4, advanced by 4 per op, as nvFuser does): the
-i-th such op after ``torch.manual_seed(s)`` equals the op with ``rng_seed=s, rng_offset=i``. On CPU, and while a
-CUDA graph is captured, they draw from torch's default generator. Values are drawn in Float (Double for Double) and then cast, as nvFuser does;
+pair, so equal (seed, offset) give equal values on every run (on a given device); without them they draw from
+torch's default generator, as eager torch.rand / torch.randn do. Values are drawn in Float (Double for Double) and then cast, as nvFuser does;
 ``uniform`` stays in [minval, maxval) after the cast (a value rounded to maxval becomes minval, as in nvFuser).
 """
 
@@ -175,29 +173,12 @@ def _mix_seed(seed: int, offset: int) -> int:
     return x ^ (x >> 31)
 
 
-def _stateful_seed_offset(device: torch.device):
-    """(seed, offset) for a random op without them, taken from torch's CUDA generator as nvFuser takes them: its
-    seed, and its Philox offset in units of 4 (each such op advances it by 4). So the i-th such op after
-    ``torch.manual_seed(s)`` draws what the op with ``rng_seed=s, rng_offset=i`` draws. (None, None) elsewhere: on
-    CPU (a generator without offsets) and while a CUDA graph is captured, the op draws from torch's default
-    generator, which a captured graph advances on every replay."""
-    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
-        return None, None
-    generator = torch.cuda.default_generators[device.index if device.index is not None else
-                                              torch.cuda.current_device()]
-    offset = generator.get_offset()
-    generator.set_offset(offset + 4)
-    return generator.initial_seed(), offset // 4
-
-
 def _random(draw, shape, a, b, rng_seed, rng_offset, dtype):
     """``draw(shape, generator, dtype, device) * b + a`` computed in Float (Double for Double), then cast."""
     device = _device()
     tdt = to_torch_dtype(dtype)
     if device.type == "meta":
         return torch.empty(_shape(shape), dtype=tdt, device="meta")
-    if rng_seed is None:
-        rng_seed, rng_offset = _stateful_seed_offset(device)
     generator: Optional[torch.Generator] = None
     if rng_seed is not None:
         generator = torch.Generator(device=device)
