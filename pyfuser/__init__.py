@@ -19,6 +19,7 @@ from .errors import (  # noqa: F401
 )
 from .frontend import FusionDefinition, compute_tensor_descriptor  # noqa: F401
 from .frontend import pytorch_utils  # noqa: F401
+from .frontend import nvf_cutlass  # noqa: F401  (nvFuser's nvfuser_direct.nvf_cutlass functions)
 from .frontend.defined_fusion import DefinedFusion as Fusion  # noqa: F401
 from .frontend.fusion_cache import LRUCache, LruFusionCache  # noqa: F401
 from .frontend.profiler import PythonProfiler  # noqa: F401

@@ -2,9 +2,9 @@
 
 Code written for nvFuser (and clients that import it by name, like Lightning Thunder) then runs on pyfuser
 unchanged. nvFuser's submodules are registered too (``nvfuser_direct.pytorch_utils``,
-``nvfuser_direct.nvfuser_direct_version``). Thunder 0.2.6 also imports ``compute_tensor_descriptor`` from the
-legacy module name ``nvfuser``; that name is registered as well unless a real ``nvfuser`` is installed (or
-``legacy_name=False``).
+``nvfuser_direct.nvf_cutlass``, ``nvfuser_direct.nvfuser_direct_version``). Thunder 0.2.6 also imports
+``compute_tensor_descriptor`` from the legacy module name ``nvfuser``; that name is registered as well unless a
+real ``nvfuser`` is installed (or ``legacy_name=False``).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ def register_as_nvfuser_direct(legacy_name: bool = True):
         raise ImportError("register_as_nvfuser_direct: a real nvfuser_direct is already imported in this process")
     sys.modules["nvfuser_direct"] = pyfuser
     sys.modules["nvfuser_direct.pytorch_utils"] = pyfuser.pytorch_utils
+    sys.modules["nvfuser_direct.nvf_cutlass"] = pyfuser.nvf_cutlass
     sys.modules["nvfuser_direct.nvfuser_direct_version"] = _version_module()
     pyfuser.nvfuser_direct_version = sys.modules["nvfuser_direct.nvfuser_direct_version"]
     if legacy_name and "nvfuser" not in sys.modules:
