@@ -15,8 +15,9 @@ nvFuser binds Blackwell-only CUTLASS kernels under these names; code written for
 Every argument is checked; a violation raises :class:`InputValidationError` (a ValueError and RuntimeError) whose
 message starts with ``nvf_cutlass.<function>:`` and names the argument with nvFuser's parameter name. A
 combination pyfuser cannot run (K a multiple of 32 but not of 64 for NVFP4, a device Triton cannot use) raises
-:class:`UnsupportedOpError`. The grouped functions read their offsets and problem sizes once on the host to
-validate them (CUTLASS trusts them; wrong values would give wrong placements).
+:class:`UnsupportedOpError`. The values of the grouped functions' offsets and problem sizes are checked where
+that costs no synchronization (CPU tensors); on CUDA they are trusted, as CUTLASS trusts them: reading them would
+stall every call on the device, and wrong values give wrong placements, never writes outside the outputs.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from ..kernels.nvfp4_grouped_gemm import nvfp4_grouped_mm
 from ..kernels.nvfp4_layout import block_quantize
 from ..nvfp4.gemm_contract import check_operands, out_torch_dtype
 from ..nvfp4.reference import swizzled_to_linear_128_4
-from ..ops.narrow_precision import check_gemm
+from ..ops.narrow_precision import gemm_contract
 from ..ops.offset_checks import GroupCheck, check_group_offsets, host_ints
 
 __all__ = ["grouped_mm", "mxfp8_scaled_mm", "nvfp4_scaled_grouped_mm", "nvfp4_scaled_mm",
@@ -140,6 +141,13 @@ def _strides_vectors(fn: str, g: int, **vectors) -> None:
             _fail(fn, f"{name} must be int64 [g={g}], got shape {tuple(t.shape)}")
 
 
+def _check_offset_values(check: GroupCheck, starts, outs, sizes) -> None:
+    """The offsets' and problem sizes' values, checked where reading them costs no synchronization (CPU); on CUDA
+    a direct call has no runtime to collect a device-side check's flags, and a host read would stall every call."""
+    if starts.device.type == "cpu":
+        check_group_offsets(check, starts, outs, sizes)
+
+
 def _groups(fn: str, problem_sizes) -> int:
     ps = _tensor(fn, problem_sizes, "problem_sizes", (torch.int32,), "int32 [g, 3]", 2)
     if ps.shape[0] < 1 or ps.shape[1] != 3:
@@ -171,11 +179,21 @@ def nvfp4_scaled_grouped_mm(a, b, a_blockscale, b_blockscale, alphas, ab_strides
     _nvfp4_k(fn, b.shape[2] * 2)
     dtype = _out_dtype(fn, out_dtype)
     with _reported_as(fn, _GROUPED_NAMES):
-        shapes = check_gemm(f"nvf_cutlass.{fn}", a, b.transpose(-1, -2), a_blockscale, b_blockscale, alphas,
-                            problem_sizes, expert_offsets, sf_offsets)
+        *shapes, check = gemm_contract(f"nvf_cutlass.{fn}", a, b.transpose(-1, -2), a_blockscale, b_blockscale,
+                                       alphas, problem_sizes, expert_offsets, sf_offsets)
+        _check_offset_values(check, expert_offsets, sf_offsets, problem_sizes)
     _triton_device(fn, a.device)
     return nvfp4_grouped_mm(a, b.transpose(-1, -2), a_blockscale, b_blockscale, alphas, problem_sizes,
-                            expert_offsets, sf_offsets, dtype, shapes=shapes)
+                            expert_offsets, sf_offsets, dtype, shapes=tuple(shapes))
+
+
+@functools.lru_cache(maxsize=64)
+def _one_group(m: int, n: int, k: int, dev: torch.device) -> dict:
+    """The grouped kernel's metadata for one group of [m, n, k], made once per shape: a fresh device tensor from
+    host values would cost a host-to-device copy on every call. (The kernel only reads them.)"""
+    return dict(problem_sizes=torch.tensor([[m, n, k]], dtype=torch.int32, device=dev),
+                expert_offsets=torch.zeros(1, dtype=torch.int32, device=dev),
+                sf_offsets=torch.zeros(1, dtype=torch.int32, device=dev))
 
 
 def _dense_nvfp4_gemm(fn: str, a, b, scales_a, scales_b, alpha, out_dtype) -> torch.Tensor:
@@ -196,9 +214,7 @@ def _dense_nvfp4_gemm(fn: str, a, b, scales_a, scales_b, alpha, out_dtype) -> to
             _fail(fn, f"{name} must be padded and 128x4-swizzled to shape {want}, got {tuple(s.shape)}")
     alpha = _scalar(fn, alpha, "alpha").reshape(1)
     dev = a.device
-    one_group = dict(problem_sizes=torch.tensor([[m, n, k]], dtype=torch.int32, device=dev),
-                     expert_offsets=torch.zeros(1, dtype=torch.int32, device=dev),
-                     sf_offsets=torch.zeros(1, dtype=torch.int32, device=dev))
+    one_group = _one_group(m, n, k, dev)
     mat2 = b.unsqueeze(0).transpose(-1, -2)
     dtype = _out_dtype(fn, out_dtype)
     with _reported_as(fn, _DENSE_NAMES):
@@ -344,13 +360,19 @@ def grouped_mm(a, b, ab_strides, c_strides, problem_sizes, expert_offsets) -> to
     _strides_vectors(fn, g, ab_strides=ab_strides, c_strides=c_strides)
     _same_device(fn, a=a, b=b, problem_sizes=problem_sizes, expert_offsets=expert_offsets)
     check = GroupCheck(f"nvf_cutlass.{fn}", m, starts_name="expert_offsets", every_row=False, n=n, k=k)
+    fits = _grouped_mm_fits(a, b)
     with _reported_as(fn, {}):
-        check_group_offsets(check, expert_offsets, None, problem_sizes)
-    if not _grouped_mm_fits(a, b):
+        if fits:
+            _check_offset_values(check, expert_offsets, None, problem_sizes)
+        else:  # the loop reads the values on the host anyway: checked at no extra cost
+            check_group_offsets(check, expert_offsets, None, problem_sizes)
+    if not fits:
         return _grouped_mm_loop(a, b, problem_sizes, expert_offsets)
-    # The checked groups are consecutive and the last ends at m: torch's end offsets are starts + sizes. Its group 0
-    # starts at row 0, so rows before expert_offsets[0] are computed with b[0] and then zeroed.
-    ends = (expert_offsets + problem_sizes[:, 0]).to(torch.int32)
+    # Valid groups are consecutive and the last ends at m: torch's end offsets are starts + sizes. Clamped into
+    # [0, m] and made non-decreasing on the device, so unchecked (CUDA) values can misplace rows but never make
+    # torch read or write outside a and out. Its group 0 starts at row 0, so rows before expert_offsets[0] are
+    # computed with b[0] and then zeroed.
+    ends = torch.cummax((expert_offsets + problem_sizes[:, 0]).clamp(0, m), dim=0).values.to(torch.int32)
     out = torch._grouped_mm(a, b.transpose(-1, -2), offs=ends)
     before_first = torch.arange(m, device=a.device) < expert_offsets[0]
     return out.masked_fill_(before_first[:, None], 0)
