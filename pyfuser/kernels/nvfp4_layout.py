@@ -128,8 +128,8 @@ def _offsets_check(flags_ptr, in_offsets_ptr, out_offsets_ptr, g, check_m, check
 def _swizzled_row_offset(local_rows, base_row, pk, WIDE: tl.constexpr):
     """Row part of the 128x4 swizzled position: a group's base row times pk, the 128-row tile, and the row's place
     inside the tile (row a*32+b of a tile lands at minor position b*16 + a*4). Shifts and masks, in int32 unless
-    WIDE (a buffer of 2**31 elements or more): integer division and remainder, in int64 above all, cost the
-    quantize 10% of its time on the H200. A negative local row gives garbage, which callers mask."""
+    WIDE (a buffer of 2**31 elements or more): int64 division and remainder here cost the swizzled quantize 5 of its
+    57 us at bf16 [16384, 4096] on the H200. A negative local row gives garbage, which callers mask."""
     if WIDE:
         lr = local_rows.to(tl.int64)
         base = base_row.to(tl.int64)
