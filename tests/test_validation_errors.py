@@ -101,17 +101,22 @@ def test_inputs_not_a_list():
 
 def test_tensor_expected_but_scalar_given():
     fd, x = _two_tensor_fusion(), make((3, 4))
-    raises(InputTypeError, lambda: fd.execute([x, 1.5]), "input 1 (T1)", "must be a tensor", "got float 1.5")
+    raises(InputTypeError, lambda: fd.execute([x, 1.5]), "input 1 (T1)", "must be a tensor", "got float 1.5",
+           "Expected input 1, T1, to be an at::Tensor but got scalar 1.5")  # (nvFuser's sentence, as it prints)
+    raises(InputTypeError, lambda: fd.execute([x, 2.0]), "to be an at::Tensor but got scalar 2)")
 
 
 def test_scalar_expected_but_tensor_given():
     fd, x = _scalar_fusion(DataType.Double), make((3,))
-    raises(InputTypeError, lambda: fd.execute([x, x]), "input 0 (S0)", "DataType.Double scalar", "torch.float32 tensor")
+    raises(InputTypeError, lambda: fd.execute([x, x]), "input 0 (S0)", "DataType.Double scalar", "torch.float32 tensor",
+           "Expected input 0, S0, to be a scalar but got float tensor of rank 1")
 
 
 def test_wrong_dtype():
     fd, x = _two_tensor_fusion(), make((3, 4))
-    raises(TypeError, lambda: fd.execute([x, x.double()]), "input 1 (T1)", "dtype torch.float32", "got torch.float64")
+    raises(TypeError, lambda: fd.execute([x, x.double()]), "input 1 (T1)", "dtype torch.float32", "got torch.float64",
+           "Expected input 1, T1, to be bound to a tensor of dtype float, but got a tensor of dtype double")
+    raises(TypeError, lambda: fd.execute([x, x.half()]), "but got a tensor of dtype __half")
 
 
 def test_wrong_rank():
@@ -208,6 +213,14 @@ def test_strides_contradicting_stride_order():
 def test_scalar_of_wrong_type(dtype, value, found):
     fd = _scalar_fusion(dtype)
     raises(InputTypeError, lambda: fd.execute([value, make((3,))]), "input 0 (S0)", f"{dtype!r} scalar", f"got {found}")
+
+
+def test_scalar_of_wrong_type_carries_nvfusers_sentence():
+    fd = _scalar_fusion(DataType.Double)
+    raises(InputTypeError, lambda: fd.execute([2.0 + 1.0j, make((3,))]),
+           "Scalar value (2,1) is not compatible with the expected data type: double.")
+    raises(InputTypeError, lambda: fd.execute([True, make((3,))]),
+           "Scalar value 1 is not compatible with the expected data type: double.")
 
 
 def test_int_scalar_out_of_range():

@@ -7,16 +7,9 @@ ops as calls with their attributes. Names are numbered per fusion, in creation o
 
 from __future__ import annotations
 
-from ..ir.dtypes import DataType
+from ..ir.dtypes import DataType, c_type_name
 from ..ir.nodes import Expr, Scalar, TensorView, Val, Vector
 
-_CTYPES = {
-    DataType.Double: "double", DataType.Float: "float", DataType.Half: "__half", DataType.BFloat16: "__bfloat",
-    DataType.Int: "int64_t", DataType.Int32: "int", DataType.UInt64: "uint64_t", DataType.Index: "nvfuser_index_t",
-    DataType.Bool: "bool", DataType.Float8_e4m3fn: "__e4m3", DataType.Float8_e5m2: "__e5m2",
-    DataType.Float8_e8m0fnu: "__e8m0", DataType.Float4_e2m1fn: "__e2m1", DataType.Float4_e2m1fn_x2: "__e2m1x2",
-    DataType.ComplexFloat: "std::complex<float>", DataType.ComplexDouble: "std::complex<double>",
-}
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 
@@ -36,7 +29,7 @@ class _Names:
                 dims.append(f"{kind}S{self.dim_id}{{{extent}}}")
                 self.dim_id += 1
             mem = "g" if tv.fusion is not None else "l"
-            text = f"T{len(self.tensors)}_{mem}_{_CTYPES.get(tv.dtype, tv.dtype.name.lower())}[{', '.join(dims)}]"
+            text = f"T{len(self.tensors)}_{mem}_{c_type_name(tv.dtype)}[{', '.join(dims)}]"
             self.tensors[id(tv)] = text
         return text
 

@@ -80,6 +80,20 @@ def from_torch_dtype(tdt: torch.dtype) -> DataType:
         raise TypeError(f"torch dtype {tdt} has no pyfuser DataType") from None
 
 
+# nvFuser's C++ names of the dtypes, as its printed math and its error messages show them.
+C_TYPE_NAMES = {
+    DataType.Double: "double", DataType.Float: "float", DataType.Half: "__half", DataType.BFloat16: "__bfloat",
+    DataType.Int: "int64_t", DataType.Int32: "int", DataType.UInt64: "uint64_t", DataType.Index: "nvfuser_index_t",
+    DataType.Bool: "bool", DataType.Float8_e4m3fn: "__e4m3", DataType.Float8_e5m2: "__e5m2",
+    DataType.Float8_e8m0fnu: "__e8m0", DataType.Float4_e2m1fn: "__e2m1", DataType.Float4_e2m1fn_x2: "__e2m1x2",
+    DataType.ComplexFloat: "std::complex<float>", DataType.ComplexDouble: "std::complex<double>",
+}
+
+
+def c_type_name(dt: DataType) -> str:
+    return C_TYPE_NAMES.get(dt, dt.name.lower())
+
+
 FLOATING = frozenset(
     {
         DataType.Double,

@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from ..errors import InputDeviceError, InputTypeError, InputValidationError
-from ..ir.dtypes import DataType, INTEGRAL, COMPLEX, to_torch_dtype
+from ..ir.dtypes import COMPLEX, INTEGRAL, DataType, c_type_name, from_torch_dtype, to_torch_dtype
 from ..ir.fusion import Fusion
 from ..ir.packing import is_packed_fp4, packed_dim, unpacked
 from ..ir.nodes import Scalar, TensorView
@@ -41,6 +41,26 @@ def flatten_inputs(inputs: Sequence[Any], expected: Optional[Sequence[Any]] = No
         else:
             flat.append(x)
     return flat
+
+
+def _cpp_value(x: Any) -> str:
+    """A Python scalar as nvFuser's messages print it (C++ stream defaults: 2.0 -> 2, a complex as (re,im))."""
+    if isinstance(x, bool):
+        return str(int(x))
+    if isinstance(x, numbers.Integral):
+        return str(int(x))
+    if isinstance(x, numbers.Real):
+        return format(float(x), "g")
+    if isinstance(x, numbers.Complex):
+        return f"({format(x.real, 'g')},{format(x.imag, 'g')})"
+    return repr(x)
+
+
+def _tensor_c_type(x: torch.Tensor) -> str:
+    try:
+        return c_type_name(from_torch_dtype(x.dtype))
+    except (KeyError, ValueError, TypeError):
+        return str(x.dtype)
 
 
 def _describe(x: Any) -> str:
@@ -82,7 +102,10 @@ class InputBinder:
     def _check_scalar(self, pos: int, v: Scalar, x: Any) -> None:
         dt = v.dtype
         if isinstance(x, torch.Tensor):
-            raise InputTypeError(f"input {pos} ({v.name}) must be a {dt!r} scalar, got {_describe(x)}")
+            # (nvFuser's sentences for the same checks close our messages: code written for it matches on them)
+            raise InputTypeError(f"input {pos} ({v.name}) must be a {dt!r} scalar, got {_describe(x)} (Expected "
+                                 f"input {pos}, {v.name}, to be a scalar but got {_tensor_c_type(x)} tensor of rank "
+                                 f"{x.dim()})")
         if dt is DataType.Bool:
             ok = isinstance(x, bool)
         elif dt in INTEGRAL:
@@ -92,7 +115,9 @@ class InputBinder:
         else:
             ok = isinstance(x, numbers.Real) and not isinstance(x, bool)
         if not ok:
-            raise InputTypeError(f"input {pos} ({v.name}) must be a {dt!r} scalar, got {_describe(x)}")
+            nvf = (f" (Scalar value {_cpp_value(x)} is not compatible with the expected data type: "
+                   f"{c_type_name(dt)}.)" if isinstance(x, numbers.Number) else "")
+            raise InputTypeError(f"input {pos} ({v.name}) must be a {dt!r} scalar, got {_describe(x)}{nvf}")
         if dt in _INT_RANGES:
             # Out-of-range ints would otherwise fail (or wrap) deep inside an op at run time.
             lo, hi = _INT_RANGES[dt]
@@ -102,10 +127,14 @@ class InputBinder:
     def _check_tensor(self, pos: int, tv: TensorView, x: Any) -> None:
         name = f"input {pos} ({tv.name})"
         if not isinstance(x, torch.Tensor):
-            raise InputTypeError(f"{name} must be a tensor, got {_describe(x)}")
+            nvf = (f" (Expected input {pos}, {tv.name}, to be an at::Tensor but got scalar {_cpp_value(x)})"
+                   if isinstance(x, numbers.Number) else "")
+            raise InputTypeError(f"{name} must be a tensor, got {_describe(x)}{nvf}")
         expected_dtype = to_torch_dtype(tv.dtype)
         if x.dtype != expected_dtype:
-            raise InputTypeError(f"{name} must have dtype {expected_dtype} ({tv.dtype!r}), got {x.dtype}")
+            raise InputTypeError(f"{name} must have dtype {expected_dtype} ({tv.dtype!r}), got {x.dtype} (Expected "
+                                 f"input {pos}, {tv.name}, to be bound to a tensor of dtype {c_type_name(tv.dtype)}, "
+                                 f"but got a tensor of dtype {_tensor_c_type(x)})")
         if x.dim() != tv.ndim:
             raise InputValidationError(f"{name} must have rank {tv.ndim}, got rank {x.dim()} (shape {list(x.shape)})")
         if tv.is_cpu and x.device.type != "cpu":
