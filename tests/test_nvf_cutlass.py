@@ -187,6 +187,66 @@ def test_nvfp4_scaled_mm_blockscale_pads_scales_to_128_rows():
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# prepared launches per operand signature
+
+
+def _counting(monkeypatch, name):
+    """Count the constructions of nvf_cutlass's prepared kernel class ``name`` (GroupedGemm, BlockQuantize)."""
+    cls, built = getattr(nvf_cutlass, name), []
+
+    def counted(*args, **kwargs):
+        built.append(1)
+        return cls(*args, **kwargs)
+
+    monkeypatch.setattr(nvf_cutlass, name, counted)
+    monkeypatch.setattr(nvf_cutlass, "_PREPARED", type(nvf_cutlass._PREPARED)())
+    monkeypatch.setattr(nvf_cutlass, "_LAST", {})
+    return built
+
+
+def test_nvfp4_grouped_prepared_once_per_signature_and_offsets_checked_every_call(monkeypatch):
+    built = _counting(monkeypatch, "GroupedGemm")
+    args, oracle = _grouped_case([40, 0, 24], n=128, k=64, seed=21)
+    for _ in range(2):  # the second call reuses the prepared launch, and computes the same
+        out = nvf_cutlass.nvfp4_scaled_grouped_mm(*args.values(), torch.bfloat16)
+        torch.testing.assert_close(out.cpu(), oracle.to(torch.bfloat16))
+    assert len(built) == 1
+    nvf_cutlass.nvfp4_scaled_grouped_mm(*args.values(), torch.float16)  # another out_dtype: prepared anew
+    assert len(built) == 2
+    # Same metadata, bad values: still refused (on CPU the values are read on every call).
+    bad = {**args, "expert_offsets": torch.tensor([0, 40, 10], dtype=torch.int32, device=DEVICE)}
+    with _raises(InputValidationError, "nvfp4_scaled_grouped_mm", "expert_offsets must be non-decreasing"):
+        nvf_cutlass.nvfp4_scaled_grouped_mm(*bad.values(), torch.bfloat16)
+    # The same view of a_blockscale over another storage size: the kernel bounds its scale reads by the storage, so
+    # the launch is prepared (and the capacity checked) anew: a larger storage computes the same, a storage of just
+    # the view's elements is refused (the groups' padded scale rows do not fit).
+    scale1 = args["a_blockscale"]
+    total = scale1.untyped_storage().nbytes()
+    whole = torch.as_strided(scale1, (total,), (1,), 0)
+    larger = torch.zeros(total + 512, dtype=scale1.dtype, device=DEVICE)
+    larger[:total].copy_(whole)
+    larger = larger.as_strided(scale1.shape, scale1.stride(), scale1.storage_offset())
+    out = nvf_cutlass.nvfp4_scaled_grouped_mm(*{**args, "a_blockscale": larger}.values(), torch.bfloat16)
+    torch.testing.assert_close(out.cpu(), oracle.to(torch.bfloat16))
+    assert len(built) == 3
+    tight = scale1.clone()  # (a storage of just the view's elements)
+    with _raises(InputValidationError, "nvfp4_scaled_grouped_mm", "a_blockscale holds 64 block-scale rows"):
+        nvf_cutlass.nvfp4_scaled_grouped_mm(*{**args, "a_blockscale": tight}.values(), torch.bfloat16)
+
+
+def test_nvfp4_dense_and_blockscale_prepared_once(monkeypatch):
+    gemms, quantizers = _counting(monkeypatch, "GroupedGemm"), _counting(monkeypatch, "BlockQuantize")
+    args, oracle = _dense_case(128, 128, 64, seed=23)
+    gs = torch.tensor(2.0, device=DEVICE)
+    first = [nvf_cutlass.nvfp4_scaled_mm_blockscale(*args.values(), gs) for _ in range(2)]
+    assert len(gemms) == 1 and len(quantizers) == 1
+    assert all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(*first))
+    out = nvf_cutlass.nvfp4_scaled_mm(*args.values(), torch.bfloat16)  # another function: its own launch
+    torch.testing.assert_close(out.cpu(), oracle.to(torch.bfloat16))
+    assert len(gemms) == 2
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # MXFP8
 
 
