@@ -272,6 +272,15 @@ def test_mxfp8_scaled_mm(out_dtype):
     # float32 sums against float64 ones: the final rounding may differ by one ulp of out_dtype
     eps = torch.finfo(out_dtype).eps
     torch.testing.assert_close(out.cpu(), (av @ bv.T * 2.0 ** -12).to(out_dtype), rtol=2 * eps, atol=1e-5)
+    # Non-contiguous operands (column-major a, every other row of a wider b): the same result, bit for bit.
+    a_cm = a.t().contiguous().t()
+    wide = torch.zeros((2 * n, k), dtype=b.dtype, device=b.device)
+    wide[::2] = b
+    b_rows = wide[::2]
+    assert not a_cm.is_contiguous() and not b_rows.is_contiguous()
+    again = nvf_cutlass.mxfp8_scaled_mm(a_cm, b_rows, sa, sb, alpha, out_dtype)
+    _assert_dense_result(again, (m, n), out_dtype)
+    assert torch.equal(again, out)
 
 
 # ----------------------------------------------------------------------------------------------------------------

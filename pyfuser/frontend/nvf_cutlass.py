@@ -41,20 +41,18 @@ from ..kernels.nvfp4_grouped_gemm import GroupedGemm
 from ..kernels.nvfp4_layout import BlockQuantize
 from ..nvfp4.gemm_contract import check_operands, out_torch_dtype
 from ..nvfp4.reference import swizzled_to_linear_128_4
+from ..ops.common import round_up
+from ..ops.mxfp8 import BLOCK_SIZE as _MXFP8_BLOCK
 from ..ops.narrow_precision import gemm_contract
 from ..ops.offset_checks import GroupCheck, check_group_offsets, host_ints
 from ..runtime.input_guard import InputGuard
+from ..runtime.signature import flat_signature
 
 __all__ = ["grouped_mm", "mxfp8_scaled_mm", "nvfp4_scaled_grouped_mm", "nvfp4_scaled_mm",
            "nvfp4_scaled_mm_blockscale"]
 
 _FP4 = (torch.float4_e2m1fn_x2, torch.uint8)  # uint8: the same packed bytes (as the GEMM contract accepts)
 _HALF = (torch.bfloat16, torch.float16)
-_MXFP8_BLOCK = 32
-
-
-def _round_up(x: int, m: int) -> int:
-    return (x + m - 1) // m * m
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -175,27 +173,21 @@ _PREPARED_LOCK = threading.Lock()
 _LAST: dict = {}
 
 
-def _signature(fn: str, out_dtype, tensors, aligned=(), storage=()) -> tuple | None:
-    """What a prepared launch of ``fn`` depends on: each operand's metadata, the 4-byte alignment of ``aligned``
-    (read as int32 words), the storage size behind ``storage`` (scale reads are bounded by it). None when an
-    argument is not a tensor or out_dtype not a dtype: the checks of the slow path then name it."""
-    if not isinstance(out_dtype, torch.dtype):
+def _signature(fn: str, out_dtype, tensors, storage=()) -> tuple | None:
+    """What a prepared launch of ``fn`` depends on: the operands' signature as the executor cache encodes it
+    (runtime/signature.py: metadata and pointer alignment classes) and the storage size behind ``storage`` (scale
+    reads are bounded by it). None when an argument is not a tensor or out_dtype not a dtype: the checks of the
+    slow path then name it."""
+    if not isinstance(out_dtype, torch.dtype) or not all(isinstance(t, torch.Tensor) for t in tensors):
         return None
-    key = [fn, out_dtype]
-    for t in tensors:
-        if not isinstance(t, torch.Tensor):
-            return None
-        key.append((t.shape, t.stride(), t.dtype, t.device))
-    key += [t.data_ptr() % 4 == 0 for t in aligned]
-    key += [t.untyped_storage().nbytes() - t.storage_offset() for t in storage]
-    return tuple(key)
+    return fn, out_dtype, flat_signature(tensors), _storage_sizes(storage)
 
 
 def _storage_sizes(storage) -> tuple:
     return tuple(t.untyped_storage().nbytes() - t.storage_offset() for t in storage)
 
 
-def _prepared(fn: str, out_dtype, tensors, build, aligned=(), storage=()):
+def _prepared(fn: str, out_dtype, tensors, build, storage=()):
     """The prepared launch of ``fn`` for these operands (see _signature), built (checks included) on the first call
     of their signature; LRU over _PREPARED_MAX signatures."""
     last = _LAST.get(fn)
@@ -203,7 +195,7 @@ def _prepared(fn: str, out_dtype, tensors, build, aligned=(), storage=()):
         guard, dtype, sizes, found = last
         if dtype is out_dtype and guard.matches(list(tensors)) and _storage_sizes(storage) == sizes:
             return found
-    key = _signature(fn, out_dtype, tensors, aligned, storage)
+    key = _signature(fn, out_dtype, tensors, storage)
     if key is None:
         return build()
     found = _PREPARED.get(key)
@@ -213,7 +205,7 @@ def _prepared(fn: str, out_dtype, tensors, build, aligned=(), storage=()):
             _PREPARED[key] = found
             while len(_PREPARED) > _PREPARED_MAX:
                 _PREPARED.popitem(last=False)
-    guard = InputGuard.build(0, None, list(tensors))  # (it also tells the pointers' 16-byte alignment classes)
+    guard = InputGuard.build(0, None, list(tensors))
     if guard:
         _LAST[fn] = (guard, out_dtype, _storage_sizes(storage), found)
     return found
@@ -253,7 +245,7 @@ def nvfp4_scaled_grouped_mm(a, b, a_blockscale, b_blockscale, alphas, ab_strides
         return GroupedGemm(a, b.transpose(-1, -2), a_blockscale, b_blockscale, alphas, problem_sizes,
                            expert_offsets, sf_offsets, dtype, shapes=tuple(shapes)), check
 
-    gemm, check = _prepared(fn, out_dtype, operands, prepare, aligned=(a, b), storage=(a_blockscale,))
+    gemm, check = _prepared(fn, out_dtype, operands, prepare, storage=(a_blockscale,))
     with _reported_as(fn, _GROUPED_NAMES):
         _check_offset_values(check, expert_offsets, sf_offsets, problem_sizes)  # values: every call
     return gemm(a, b.transpose(-1, -2), a_blockscale, b_blockscale, alphas, problem_sizes, expert_offsets, sf_offsets)
@@ -273,7 +265,7 @@ def _dense_nvfp4_gemm(fn: str, a, b, scales_a, scales_b, alpha, out_dtype) -> to
     both a and its scales, so the grouped scale layout of one group IS the single 128x4-swizzled layout."""
     gemm, one_group = _prepared(fn, out_dtype, (a, b, scales_a, scales_b, alpha),
                                 lambda: _prepare_dense_nvfp4_gemm(fn, a, b, scales_a, scales_b, alpha, out_dtype),
-                                aligned=(a, b), storage=(scales_a,))
+                                storage=(scales_a,))
     return gemm(a, b.unsqueeze(0).transpose(-1, -2), scales_a, scales_b.unsqueeze(0), alpha.reshape(1),
                 *one_group.values())
 
@@ -290,7 +282,7 @@ def _prepare_dense_nvfp4_gemm(fn: str, a, b, scales_a, scales_b, alpha, out_dtyp
     if n % 32:
         _fail(fn, f"N must be a multiple of 32, got N={n}")
     for name, s, rows in (("scales_a", scales_a, m), ("scales_b", scales_b, n)):
-        want = (_round_up(rows, 128), k // 16)
+        want = (round_up(rows, 128), k // 16)
         if isinstance(s, torch.Tensor) and tuple(s.shape) != want:
             _fail(fn, f"{name} must be padded and 128x4-swizzled to shape {want}, got {tuple(s.shape)}")
     alpha = _scalar(fn, alpha, "alpha").reshape(1)
@@ -333,7 +325,7 @@ def nvfp4_scaled_mm_blockscale(a_nvfp4, b_nvfp4, scales_a, scales_b, alpha, glob
         _same_device(fn, a_nvfp4=out, global_normconst=gs)
         return BlockQuantize(out, gs, swizzle=True)
 
-    quantize = _prepared(fn + ":quantize", torch.bfloat16, (out, gs), prepare, aligned=(out,))
+    quantize = _prepared(fn + ":quantize", torch.bfloat16, (out, gs), prepare)
     return quantize(out, gs)
 
 
@@ -351,7 +343,7 @@ def _fp32_matmul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def _dequant_mxfp8(fn: str, name: str, data: torch.Tensor, scales, rows: int, k: int) -> torch.Tensor:
     """float32 ``data * scale`` (exact: an e4m3 value times a power of two) from the swizzled e8m0 scales."""
-    want = (_round_up(rows, 128), _round_up(k // _MXFP8_BLOCK, 4))
+    want = (round_up(rows, 128), round_up(k // _MXFP8_BLOCK, 4))
     _tensor(fn, scales, name, (torch.float8_e8m0fnu,), f"float8_e8m0fnu {want}", 2)
     if tuple(scales.shape) != want:
         _fail(fn, f"{name} must be padded and 128x4-swizzled to shape {want}, got {tuple(scales.shape)}")

@@ -67,6 +67,7 @@ from ..codegen.launcher import bound_launch, cdiv, next_pow2, triton_usable
 from ..codegen.prologue import LoadPrologue
 from ..ops import narrow_precision as ops
 from ..ops.offset_checks import PreparedGroupCheck
+from ..ops.common import round_up
 from ..ops.registry import attach
 from .group_offsets_check import fused_check_args, group_offsets_bits
 
@@ -271,7 +272,7 @@ class LayoutOp:
         g = _check_offsets("layout_op", input, input_offsets, output_offsets)
         _check_block("layout_op", block_rows=block_rows, block_cols=block_cols)
         m, k = input.shape
-        pk = _round_up(k, 4)
+        pk = round_up(k, 4)
         n_rows = m + 127 * g
         self.shape, self.dtype, self.device, self.numel = (m, k), input.dtype, input.device, n_rows * pk
         self.dense_offsets = input_offsets.stride(0) == 1 and output_offsets.stride(0) == 1
@@ -721,9 +722,9 @@ class BlockQuantize:
                              f"(0, 1, 2) or None, got {scale_store!r}")
         self.nb = nb = K // block_size
         if grouped:
-            layout, n_rows, pk = _GROUPED, M + 127 * g, _round_up(nb, 4)
+            layout, n_rows, pk = _GROUPED, M + 127 * g, round_up(nb, 4)
         else:
-            layout, n_rows, pk = (_SWIZZLED, _round_up(M, 128), _round_up(nb, 4)) if swizzle else (_PLAIN, M, nb)
+            layout, n_rows, pk = (_SWIZZLED, round_up(M, 128), round_up(nb, 4)) if swizzle else (_PLAIN, M, nb)
         self.shape, self.device, self.n_rows, self.pk = (M, K), x.device, n_rows, pk
         self.dense_offsets = not grouped or (input_offsets.stride(0) == 1 and output_offsets.stride(0) == 1)
         self.prologue = x.fn if isinstance(x, LoadPrologue) else None
@@ -797,7 +798,7 @@ class _QuantizeLaunch:
         k_tiles = max(cdiv(K, bk), 1)
         store = _scale_store(scale_store, layout, bm, bk // block_size)
         # A program's tiles run along K: all of them have the same rows when their count divides k_tiles.
-        rows_shared = tiles == 1 or k_tiles % tiles == 0
+        rows_shared = k_tiles % tiles == 0
         # Interleaved tiles cover whole 128-row blocks (the last one's missing rows masked).
         m_tiles = cdiv(M, 128) * (128 // bm) if store == SCALE_WORDS_INTERLEAVED else cdiv(M, bm)
         quant_programs = cdiv(m_tiles * k_tiles, tiles) if K > 0 else 0
@@ -949,10 +950,6 @@ def _check_tuning(who: str, block_m, block_k, tiles) -> None:
     _check_block(who, block_m=block_m, block_k=block_k)
     if tiles is not None and (not isinstance(tiles, int) or tiles < 1):
         raise ValueError(f"{who}: tiles must be a positive int, got {tiles}")
-
-
-def _round_up(n: int, mult: int) -> int:
-    return (n + mult - 1) // mult * mult
 
 
 def _log2_ceil(g: int) -> int:

@@ -15,6 +15,11 @@ def fail(op: str, msg: str, exc=FusionDefinitionError):
     raise exc(f"fd.ops.{op}: {msg}")
 
 
+def round_up(x: int, m: int) -> int:
+    """x rounded up to a multiple of m (padded extents of the block-scale layouts)."""
+    return (x + m - 1) // m * m
+
+
 def is_number(x: Any) -> bool:
     return isinstance(x, (numbers.Number, bool)) and not isinstance(x, Val)
 

@@ -9,8 +9,9 @@ makes a broadcast dim, so a factory result broadcasts against other tensors like
 
 Random factories: with ``rng_seed`` and ``rng_offset`` the values come from a torch.Generator seeded from the
 pair, so equal (seed, offset) give equal values on every run (on a given device); without them they draw from
-torch's default generator, as eager torch.rand / torch.randn do. Values are drawn in Float (Double for Double) and then cast, as nvFuser does;
-``uniform`` stays in [minval, maxval) after the cast (a value rounded to maxval becomes minval, as in nvFuser).
+torch's default generator, as eager torch.rand / torch.randn do. Values are drawn in Float (Double for Double) and
+then cast, as nvFuser does; ``uniform`` stays in [minval, maxval) after the cast (a value rounded to maxval becomes
+minval, as in nvFuser).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from ..ir.nodes import IterDomain, TensorView
 from ..ir.packing import packed_shape
 from .mxfp8 import block_quantize_mxfp8
 from .offset_checks import GroupCheck, check_group_offsets
-from .common import FusionDtypeError, fail, fusion_of, new_tensor, require_tensor
+from .common import FusionDtypeError, fail, fusion_of, new_tensor, require_tensor, round_up
 from ..nvfp4.gemm_contract import check_operands
 from .registry import OpKind, OpResult, register, swizzled_scales_producer
 
@@ -37,10 +37,6 @@ def _ref():
     from ..nvfp4 import reference
 
     return reference
-
-
-def _round_up(x: int, m: int) -> int:
-    return (x + m - 1) // m * m
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -145,7 +141,7 @@ def check_k(op: str, k: int, block_size: int = 16) -> None:
 
 
 def _grouped_scales_meta(m: int, k: int, g: int, dtype: torch.dtype) -> torch.Tensor:
-    return logical_view(torch.empty(((m + 127 * g) * _round_up(k, 4),), dtype=dtype, device="meta"), m, k)
+    return logical_view(torch.empty(((m + 127 * g) * round_up(k, 4),), dtype=dtype, device="meta"), m, k)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -193,7 +189,7 @@ def _block_quantize_meta(node, input, global_scale=None, swizzle_block_scales=Fa
     m, k = input.shape
     data = torch.empty(packed_shape([m, k], 1), dtype=torch.float4_e2m1fn_x2, device="meta")
     if swizzle_block_scales:
-        storage = torch.empty((_round_up(m, 128) * _round_up(k // 16, 4),), dtype=torch.float8_e4m3fn, device="meta")
+        storage = torch.empty((round_up(m, 128) * round_up(k // 16, 4),), dtype=torch.float8_e4m3fn, device="meta")
         return data, logical_view(storage, m, k // 16)
     return data, torch.empty((m, k // 16), dtype=torch.float8_e4m3fn, device="meta")
 

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from ..errors import FusionExecutionError
 from . import run_context
+from .common import round_up
 
 STARTS_BAD, OUTS_BAD, SIZES_BAD = 1, 2, 4
 
@@ -66,10 +67,6 @@ class GroupCheck:
             out.append(f"fd.ops.{self.op}: problem_sizes must be (m_i, N={self.n}, K={self.k}) per expert, m_i "
                        f"the rows of group i")
         return out
-
-
-def _round_up(x: int, m: int) -> int:
-    return (x + m - 1) // m * m
 
 
 def host_ints(*tensors: torch.Tensor) -> list[list[int]]:
@@ -106,7 +103,7 @@ def _host_check(c: GroupCheck, starts: list[int], outs: Optional[list[int]], siz
                     f"occupies padded rows up to {end} (roundup of its {rows[i - 1]} rows to 128)"
                     if i else f"fd.ops.{op}: {c.outs_name} must be non-negative, got {outs}"
                 )
-            end = o + _round_up(r, 128)
+            end = o + round_up(r, 128)
         if end > c.capacity:
             raise FusionExecutionError(f"fd.ops.{op}: {c.outs_name} {outs} need {end} block-scale rows, but "
                                        f"{c.capacity_what}")

@@ -24,17 +24,13 @@ import torch
 from ..errors import FusionExecutionError, UnsupportedOpError
 from ..ir.dtypes import DataType, to_torch_dtype
 from ..ir.nodes import IterDomain, TensorView
-from .common import FusionDtypeError, fail, fusion_of, new_tensor, require_tensor
+from .common import FusionDtypeError, fail, fusion_of, new_tensor, require_tensor, round_up
 from .registry import OpKind, OpResult, register
 
 _FP8 = (DataType.Float8_e4m3fn, DataType.Float8_e5m2)
 _FP4 = DataType.Float4_e2m1fn
 _OUT_DTYPES = (DataType.BFloat16, DataType.Half, DataType.Float)
 _NVFP4_BLOCK = 16
-
-
-def _round_up(a: int, b: int) -> int:
-    return (a + b - 1) // b * b
 
 
 def _fp8_scale(scale: torch.Tensor, rows: int, per: str) -> torch.Tensor:
@@ -54,7 +50,7 @@ def _unswizzle(scale: torch.Tensor, rows: int, k: int, name: str) -> torch.Tenso
     from ..nvfp4 import reference
 
     kb = k // _NVFP4_BLOCK
-    padded = (_round_up(rows, 128), _round_up(kb, 4))
+    padded = (round_up(rows, 128), round_up(kb, 4))
     if tuple(scale.shape) != padded:
         if tuple(scale.shape) != (rows, kb):
             raise FusionExecutionError(

@@ -45,9 +45,7 @@ def flatten_inputs(inputs: Sequence[Any], expected: Optional[Sequence[Any]] = No
 
 def _cpp_value(x: Any) -> str:
     """A Python scalar as nvFuser's messages print it (C++ stream defaults: 2.0 -> 2, a complex as (re,im))."""
-    if isinstance(x, bool):
-        return str(int(x))
-    if isinstance(x, numbers.Integral):
+    if isinstance(x, numbers.Integral):  # (bool too: C++ prints true as 1)
         return str(int(x))
     if isinstance(x, numbers.Real):
         return format(float(x), "g")
@@ -59,7 +57,7 @@ def _cpp_value(x: Any) -> str:
 def _tensor_c_type(x: torch.Tensor) -> str:
     try:
         return c_type_name(from_torch_dtype(x.dtype))
-    except (KeyError, ValueError, TypeError):
+    except TypeError:  # (a torch dtype without a DataType)
         return str(x.dtype)
 
 
