@@ -1,0 +1,652 @@
+"""Copy of pyfuser/kernels/nvfp4_grouped_gemm.py at 7dc2bb2 (absolute imports, no attach call), the A/B baseline of
+benchmarks/ab_nvfp4_decode.py.
+
+NVFP4 grouped GEMM for GPUs without FP4 tensor cores (Hopper): dequantize in registers, fp16 tensor-core dots.
+
+``nvfp4_grouped_mm`` computes ``fd.ops.cutlass_nvfp4_grouped_mm`` with the run-time operands that op receives
+(the contract of ``pyfuser.nvfp4.reference.nvfp4_grouped_mm``):
+``out[e_i + r, n] = alpha[i] * sum_k A[e_i + r, k] * B_i[k, n]`` with ``A = fp4(mat1) * s1`` and
+``B_i = fp4(mat2[i]) * s2[i]``, both scales read from their 128x4-swizzled e4m3 layouts.
+
+Exactness. An fp4 value (at most 2 significant bits, a multiple of 0.5, |v| <= 6) times an e4m3 scale (4
+significant bits, a multiple of 2**-9, <= 448) has at most 6 significant bits. Scaled by 2**-7 it is a multiple
+of 2**-17 with magnitude <= 21, which fp16 (11 bits, subnormal step 2**-24, max 65504) holds EXACTLY. So each
+operand is dequantized to ``fp4 * scale * 2**-7`` in fp16, the tensor cores multiply fp16 pairs exactly into an
+fp32 accumulator, and the epilogue multiplies by ``alpha * 2**14`` (a power of two, so exact) and rounds once to
+the output dtype. fp16 rather than bf16 because triton 3.6's CPU interpreter computes bf16 dots on raw bit
+patterns (pyfuser's interpreter patch now widens them, docs/testing.md) while fp16 dots are right there unpatched:
+the kernels that the CPU tests run are the very kernels the GPU runs.
+
+Dequantization works on int32 words (8 fp4 codes) with two shifts and two masks per PAIR of values: nibble p and
+nibble p+4 of a word land in the two 16-bit halves as fp16 bit patterns ``sign<<15 | code&7 << 9``, which read as
+``fp4 * 2**-14`` (the fp4 exponent field becomes the low bits of the fp16 exponent field, and fp4's subnormal 0.5
+becomes an fp16 subnormal). One fp16 multiply by ``scale * 2**7`` finishes the value. K is consumed in that
+nibble order: "plane" q (0..7) holds nibble q of every word, and a k-tile is 8 dots, plane q of the weights with
+plane q of the tokens (a permutation of the k sum, which is free since every product is exact).
+
+No host sync; one launch, or 1 + 2 per chunk of experts with ``predequant``:
+- ``_nvfp4_gemm_kernel`` computes ``out^T = B^T A^T`` tiles: the weights fill the MMA's M side (64+ rows) and
+  are dequantized in registers straight into the MMA's register operand (never stored dequantized anywhere),
+  the tokens (16+ of them) its N side. The grid is ``((cdiv(M, BLOCK_M) + G) * cdiv(N, BLOCK_N), SPLIT_K)``;
+  each program takes prefix sums of the groups' tile counts ``max(cdiv(m_i, BLOCK_M), 1)`` to find its (group,
+  m-tile); the sum of those counts never exceeds ``cdiv(M, BLOCK_M) + G`` when sum(m_i) <= M, and extra programs
+  exit. Programs run in GROUP_M-row bands of (m-tile, n-tile) pairs so that a band's token tiles and weight tiles
+  stay in L2 while they are reused. Rows that no group covers are written with zeros by the program that holds
+  tile 0 of the group before them (its "gap" rows [e_i + m_i, e_{i+1}) or [e_{G-1} + m_{G-1}, M), and rows
+  [0, e_0) for group 0); every group owns one program even when empty. This covers every uncovered row when the
+  groups are in order and do not overlap (what the op's offsets are: exclusive prefix sums).
+- Decode (few tokens): the tokens are dequantized inside the k loop too, one launch.
+- Prefill (``predequant``): both operands are dequantized once, exactly, to fp16 in k order (``_dequant_a_kernel``,
+  ``_dequant_b_kernel``), and the same kernel then runs as a plain fp16 grouped GEMM (``F16``: one dot of
+  BLOCK_K per k-tile, both operands through the pipeliner's shared-memory stages). Measured on the H200 (G=8,
+  K=4096, 1024 tokens per expert): the register-operand form waits for its MMAs after every two dots (the SASS
+  has ``WARPGROUP.DEPBAR.LE gsb0, 0x0`` after each pair of ``HGMMA``), so dequantization and tensor cores never
+  overlap, and it stays at 0.57x bf16 cuBLAS even with the dequantization removed (320 vs 355 us at N=2048); an
+  fp16 Triton GEMM of this tiling reaches 214 us, 0.90x cuBLAS. The fp16 weights pass through a buffer of at
+  most ``F16_WEIGHT_BUDGET`` bytes: experts are dequantized and multiplied a chunk at a time, each GEMM launch
+  computing only its chunk's groups (their gap rows included, so every row is still written once).
+
+Split-K (decode shapes with too few tiles to fill the GPU): SPLIT_K programs share a tile, each over a contiguous
+range of k-tiles; each stores its fp32 partial in a workspace, then bumps the tile's counter; the last one to
+arrive sums the SPLIT_K partials in split order (deterministic: the same bits whatever the arrival order), resets
+the counter to zero for the next launch and runs the epilogue.
+
+Host cost matters as much as GPU time at decode sizes: see ``pyfuser/codegen/launcher.py`` (cached
+specializations are launched without Triton's per-call argument binding), and :class:`GroupedGemm`, which does
+everything but allocating and launching once per operand layout (the op's kernel keeps one per input signature).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.errors import OutOfResources
+
+from pyfuser.codegen.launcher import bound_launch, cdiv, next_pow2, triton_usable
+from pyfuser.ir.dtypes import to_torch_dtype
+from pyfuser.ops import narrow_precision as ops
+from pyfuser.ops.offset_checks import PreparedGroupCheck
+
+from pyfuser.nvfp4.gemm_contract import check_operands, contract_error, out_torch_dtype
+from pyfuser.kernels.group_offsets_check import fused_check_args, group_offsets_bits
+
+__all__ = ["GemmConfig", "GroupedGemm", "default_config", "nvfp4_grouped_mm"]
+
+_NUM_SMS = 132  # H200; only shapes the heuristic's split-K choice
+# Bytes of dequantized fp16 weights one predequant GEMM launch covers: experts are dequantized and multiplied a
+# chunk at a time, so the temporary never exceeds this (or one expert's weights, if larger).
+F16_WEIGHT_BUDGET = 256 << 20
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    block_m: int  # tokens per tile (the MMA's N side)
+    block_n: int  # output columns (weight rows) per tile (the MMA's M side)
+    block_k: int  # K elements per pipeline stage: >= 128 (8 dots of block_k/8 >= 16 words), >= 16 with predequant
+    split_k: int  # programs sharing one output tile along K
+    group_m: int  # m-tiles per band of the program order (L2 reuse)
+    predequant: bool  # dequantize both operands to fp16 in first launches (else in registers in the k loop)
+    num_warps: int
+    num_stages: int
+
+
+@functools.lru_cache(maxsize=256)
+def default_config(m: int, n: int, k: int, g: int) -> GemmConfig:
+    """Heuristic from the static sizes only (no host sync): tokens per expert decide decode vs prefill.
+
+    Chosen from benchmarks/sweep_nvfp4_gemm.py on the H200 (G=8, K=4096, N 2048/14336; GPU times from CUPTI):
+    - decode (<= 64 tokens per expert): one m-tile holds an expert's tokens, dequantized inside the k loop (a
+      first launch costs more than it saves at this size, and fp16 token tiles crowd shared memory), BLOCK_K 256,
+      4 warps, 4 stages. 128-wide weight tiles when that still gives >= 2 tiles per SM (N=14336: 126 us at 1 and
+      16 tokens, 197 us at 64), else 64-wide ones, and split-K until there are 2 programs per SM (N=2048: split 2,
+      24 us at 1 and 16 tokens vs 34 us unsplit; 45 us at 64 tokens).
+    - 33-64 tokens per expert: the tokens' in-loop dequantization is repeated for every weight tile, so 128-wide
+      weight tiles (half the repeats), split-K to one program per SM: N=2048 split 2, 47.6 -> 39.5 us (2026-12-02).
+    - prefill: both operands dequantized to fp16 first, then 128 weight rows x 256 tokens x 64 k per tile, 8 warps,
+      4 stages: 284 us at N=2048 and 1828 us at N=14336 with 1024 tokens per expert, 0.71x / 0.70x bf16
+      _grouped_mm (the register-operand form: 352 / 2213 us; 256 x 128 tiles: 299 / 1921 us)."""
+    per_expert = -(-m // max(g, 1))
+    if per_expert <= 64:
+        block_m = max(16, next_pow2(per_expert))
+        block_n = 128 if block_m >= 64 or g * -(-n // 128) >= 2 * _NUM_SMS else 64
+        tiles = g * -(-n // block_n)
+        programs = 2 * _NUM_SMS if block_m < 64 else _NUM_SMS  # 64-token tiles: 4x the MMA work per program
+        split_k = 1
+        while tiles * split_k < programs and k // (256 * split_k) >= 4:
+            split_k *= 2
+        return GemmConfig(block_m, block_n, 256, split_k, 8, False, 4, 4)
+    return GemmConfig(256, 128, 64, 1, 8, True, 8, 4)
+
+
+def _check_device(dev: torch.device) -> None:
+    if not triton_usable(dev):
+        contract_error(f"the Triton kernel runs on CUDA tensors (or on CPU under TRITON_INTERPRET=1), got {dev}; "
+                       "use pyfuser.nvfp4.reference.nvfp4_grouped_mm elsewhere")
+
+
+def nvfp4_grouped_mm(
+    mat1: torch.Tensor,
+    mat2: torch.Tensor,
+    scale1: torch.Tensor,
+    scale2: torch.Tensor,
+    alpha: torch.Tensor,
+    problem_sizes: torch.Tensor,
+    expert_offsets: torch.Tensor,
+    sf_offsets: torch.Tensor,
+    out_dtype,
+    *,
+    block_m: Optional[int] = None,
+    block_n: Optional[int] = None,
+    block_k: Optional[int] = None,
+    split_k: Optional[int] = None,
+    group_m: Optional[int] = None,
+    predequant: Optional[bool] = None,
+    num_warps: Optional[int] = None,
+    num_stages: Optional[int] = None,
+    out: Optional[torch.Tensor] = None,
+    shapes: Optional[tuple] = None,
+) -> torch.Tensor:
+    """NVFP4 grouped GEMM; returns a contiguous ``[M, N]`` tensor of ``out_dtype`` (bf16 or fp16).
+
+    Operands as ``fd.ops.cutlass_nvfp4_grouped_mm`` receives them (see the module docstring and
+    ``pyfuser.nvfp4.reference.nvfp4_grouped_mm``). The keyword arguments override ``default_config``'s choice.
+    Offsets and problem sizes are read on the device only: the launches never synchronize with the host. Offsets
+    are trusted (the op layer validates them); reads of scale1 are bounded by its storage all the same (a row
+    whose scales would extend past its end gets zero scales). ``out``: an optional preallocated ``[M, N]``
+    result of ``out_dtype`` with unit column stride; every element of it is written (rows no group covers with
+    zeros). ``shapes``: (M, N, K, G) from ``check_operands`` when the caller already checked the operands (the
+    op layer does, on every path), to skip checking them twice. Temporaries: with predequant the fp16 tokens (2*M*K
+    bytes) and fp16 weights of a chunk of experts (at most F16_WEIGHT_BUDGET bytes, or one expert's); with split-K
+    an fp32 workspace and a counter per output tile, kept per device and stream between calls (the kernel leaves
+    the counters zero). The same as preparing a :class:`GroupedGemm` and calling it once."""
+    overrides = {key: v for key, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k),
+                                        ("split_k", split_k), ("group_m", group_m), ("predequant", predequant),
+                                        ("num_warps", num_warps), ("num_stages", num_stages)) if v is not None}
+    operands = (mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
+    out_stride = out.stride(0) if isinstance(out, torch.Tensor) and out.dim() == 2 else None  # (else refused)
+    gemm = GroupedGemm(*operands, out_dtype, shapes=shapes, out_stride=out_stride, **overrides)
+    return gemm(*operands, out=out)
+
+
+def _config(m: int, n: int, k: int, g: int, overrides: dict) -> GemmConfig:
+    cfg = default_config(m, n, k, g)
+    if overrides:
+        cfg = replace(cfg, **overrides)
+        min_k = 16 if cfg.predequant else 128  # an fp16 dot's K, or 8 of them (one per fp4 nibble plane)
+        if cfg.block_k < min_k or cfg.block_m < 16 or cfg.block_n < 64 or cfg.split_k < 1 or cfg.group_m < 1:
+            contract_error(f"block_k must be >= {min_k} (with predequant={cfg.predequant}), block_m >= 16 and "
+                           f"block_n >= 64 (the MMA's sides), split_k and group_m >= 1, got {cfg}")
+        for name in ("block_m", "block_n", "block_k"):
+            v = getattr(cfg, name)
+            if v & (v - 1):
+                contract_error(f"{name} must be a power of two, got {v}")
+    return cfg
+
+
+class GroupedGemm:
+    """:func:`nvfp4_grouped_mm` for operands of fixed metadata (sizes, strides, dtypes, device, 4-byte alignment of
+    the fp4 operands) and a fixed size of scale1's storage: checked, configured and bound once (tile config, grids,
+    integer arguments, one :class:`BoundLaunch` per launch), so that a call only allocates the output and
+    temporaries, binds the pointers and launches. ``out_stride``: the row stride of the ``out`` tensors calls pass
+    (None: they pass none and get a fresh contiguous result)."""
+
+    def __init__(self, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, out_dtype, *,
+                 shapes: Optional[tuple] = None, out_stride: Optional[int] = None, check=None, **overrides):
+        self.out_dtype = out_torch_dtype(out_dtype)
+        if shapes is None:
+            shapes = check_operands(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
+        m, n, k, g = self.shapes = shapes
+        self.device = dev = mat1.device
+        _check_device(dev)
+        self.cfg = cfg = _config(m, n, k, g, overrides)
+        self.out_stride = n if out_stride is None else out_stride
+        self.launches = None  # nothing to launch: an empty result, or zeros (no groups)
+        self.checked = None  # the decode launch that also runs ``check`` on the device (fuses_check)
+        if m == 0 or n == 0 or g == 0:
+            return
+        # The kernels index these [G] vectors with unit stride.
+        self.dense_vectors = alpha.stride(0) == 1 and expert_offsets.stride(0) == 1 and sf_offsets.stride(0) == 1
+        if mat1.data_ptr() % 4 or mat2.data_ptr() % 4:
+            contract_error("mat1 and mat2 must start on a 4-byte boundary (they are read as int32 words of 8 fp4 "
+                           "codes)")
+        kw = k // 8
+        g_block = next_pow2(g)
+        s1_capacity = scale1.untyped_storage().nbytes() - scale1.storage_offset()  # e4m3: one byte per element
+        # Both fp4 operands are contiguous (validated): as int32 words, mat1 is [M, K/8] and mat2 (a [G, N, K/2]
+        # weight passed transposed) is [G, N, K/8], with these word strides.
+        stride_am, stride_bg, stride_bn = kw, n * kw, kw
+        bkw = max(cfg.block_k // 8, 1)  # words per k-tile
+        self.split = split = min(cfg.split_k, cdiv(kw, bkw))  # every split gets at least one k-tile
+        meta = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split,
+                    GROUP_M=cfg.group_m, F16=cfg.predequant, EVEN_K=(kw % bkw == 0), G_BLOCK=g_block)
+        ints = (m, n, kw, g, s1_capacity, stride_am, stride_bg, stride_bn, scale2.stride(0), problem_sizes.stride(0),
+                self.out_stride)
+
+        def gemm(g_lo, g_hi, check=None):
+            # Groups [g_lo, g_hi): their tiles fit in cdiv(M, BLOCK_M) + (g_hi - g_lo) m-slots (docstring). Returns
+            # (the bound launch, its split-K tile counters and partials).
+            grid_m, grid_n = cdiv(m, cfg.block_m) + g_hi - g_lo, cdiv(n, cfg.block_n)
+            scratch = (grid_m * grid_n, grid_m * grid_n * split * cfg.block_n * cfg.block_m)
+            checks, check_meta = fused_check_args(check, g, sizes=True)
+            return (bound_launch(_nvfp4_gemm_kernel, (grid_m * grid_n, split, 1), (*ints, g_lo, g_hi, *checks),
+                                 {**meta, **check_meta}, cfg.num_warps, cfg.num_stages, device=dev), scratch)
+
+        if not cfg.predequant:
+            self.launches = [gemm(0, g)]
+            if check is not None:
+                self.checked = gemm(0, g, check)
+            return
+        # Prefill: both operands dequantized to fp16 (exact) by first launches, then a plain fp16 grouped GEMM. The
+        # weights go through a bounded buffer, a chunk of experts at a time.
+        block_r, block_w = 16, 64
+        self.dequant_a = bound_launch(_dequant_a_kernel, (cdiv(m, block_r), cdiv(kw, block_w), 1),
+                                      (m, kw, g, s1_capacity, stride_am, problem_sizes.stride(0)),
+                                      dict(BLOCK_R=block_r, BLOCK_W=block_w, G_BLOCK=g_block), 4, 3, device=dev)
+        self.chunk = chunk = max(1, min(g, F16_WEIGHT_BUDGET // (2 * n * k)))
+        self.launches = []
+        for g_lo in range(0, g, chunk):
+            g_hi = min(g, g_lo + chunk)
+            dequant_b = bound_launch(_dequant_b_kernel, ((g_hi - g_lo) * cdiv(n, block_r), cdiv(kw, block_w), 1),
+                                     (n, kw, g_lo, stride_bg, stride_bn, scale2.stride(0)),
+                                     dict(BLOCK_R=block_r, BLOCK_W=block_w), 4, 3, device=dev)
+            self.launches.append((dequant_b, *gemm(g_lo, g_hi)))
+
+    @property
+    def fuses_check(self) -> bool:
+        """Whether a call can run the offsets' device check inside the GEMM's own launch (``check_flags``)."""
+        return self.checked is not None
+
+    def __call__(self, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets,
+                 out: Optional[torch.Tensor] = None, check_flags: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The GEMM of these operands, which must have the metadata the launches were prepared for.
+        ``check_flags`` (with fuses_check): the int32 flag the launch ORs the offsets' check bits into."""
+        m, n, k, g = self.shapes
+        dev = self.device
+        if out is None:
+            out = torch.empty((m, n), dtype=self.out_dtype, device=dev)
+        elif (not isinstance(out, torch.Tensor) or tuple(out.shape) != (m, n) or out.dtype != self.out_dtype
+              or out.device != dev or (n > 1 and out.stride(1) != 1) or out.stride(0) != self.out_stride):
+            contract_error(f"out must be a [{m}, {n}] {self.out_dtype} tensor on {dev} with unit column stride")
+        if self.launches is None:
+            return out.zero_() if m and n else out
+        if not self.dense_vectors:
+            alpha, expert_offsets, sf_offsets = alpha.contiguous(), expert_offsets.contiguous(), sf_offsets.contiguous()
+        common = (alpha, problem_sizes, expert_offsets, sf_offsets, out)
+        try:
+            if not self.cfg.predequant:
+                ((launch, scratch),) = self.launches
+                if check_flags is not None:
+                    launch, scratch = self.checked
+                # The JIT path (first launch of a specialization) takes the packed operands as int32 word views.
+                # (Without a check, any pointer stands for the flags: they are never read.)
+                tensors = (mat1, scale1, mat2, scale2, *common, *self._scratch(scratch, alpha),
+                           alpha if check_flags is None else check_flags)
+                launch(tensors, (), lambda: (_words(mat1), scale1, _words(mat2.transpose(-1, -2)), *tensors[3:]))
+                return out
+            a16 = torch.empty((m, k), dtype=torch.float16, device=dev)
+            self.dequant_a((mat1, scale1, problem_sizes, expert_offsets, sf_offsets, a16), (),
+                           lambda: (_words(mat1), scale1, problem_sizes, expert_offsets, sf_offsets, a16))
+            b16 = torch.empty((self.chunk, n, k), dtype=torch.float16, device=dev)
+            for dequant_b, launch, scratch in self.launches:
+                dequant_b((mat2, scale2, b16), (), lambda: (_words(mat2.transpose(-1, -2)), scale2, b16))
+                launch((a16, scale1, b16, scale2, *common, *self._scratch(scratch, alpha), alpha))
+        except OutOfResources as e:  # a tile config (given, or the default on a smaller GPU) the device cannot hold
+            contract_error(f"the tile config {self.cfg} does not fit this GPU ({e}); choose smaller blocks or fewer "
+                           f"stages")
+        return out
+
+    def _scratch(self, sizes: tuple, alpha: torch.Tensor) -> tuple:
+        """(workspace, counters) of a split-K launch, found per call: they are kept per stream, which may change."""
+        if self.split == 1:
+            return alpha, alpha  # never touched (SPLIT_K == 1 compiles the split-K epilogue away)
+        counters, workspace = _split_scratch(self.device, *sizes)
+        return workspace, counters
+
+
+def _words(t: torch.Tensor) -> torch.Tensor:
+    """Packed fp4 bytes (K fastest, contiguous) re-viewed as int32 words of 8 codes."""
+    return t.view(torch.uint8).view(torch.int32)
+
+
+_SCRATCH: dict = {}
+
+
+def _split_scratch(dev, n_counters: int, n_partials: int):
+    """Zeroed tile counters and an fp32 partial workspace, kept per (device, stream): launches on one stream run
+    one after the other, and each leaves the counters zero."""
+    stream = torch._C._cuda_getCurrentRawStream(dev.index) if dev.type == "cuda" else 0
+    counters, workspace = _SCRATCH.get((dev, stream), (None, None))
+    if counters is None or counters.numel() < n_counters:
+        counters = torch.zeros((max(n_counters, 1024),), dtype=torch.int32, device=dev)
+    if workspace is None or workspace.numel() < n_partials:
+        workspace = torch.empty((n_partials,), dtype=torch.float32, device=dev)
+    _SCRATCH[(dev, stream)] = (counters, workspace)
+    return counters, workspace
+
+
+@triton.jit
+def _fp4_pair(w, scale, P: tl.constexpr):
+    """Codes at nibbles P and P+4 of int32 words -> (lo, hi) fp16 tensors equal to fp4 * scale * 2**-7.
+
+    ``bits`` holds, per 16-bit half, ``sign << 15 | (code & 7) << 9``: as fp16 that is fp4 * 2**-14 (code&7's
+    two exponent bits become the fp16 exponent, its mantissa bit the top fp16 mantissa bit, exponent 0 the
+    subnormal 0.5). ``scale`` is e4m3 * 2**7 in fp16, so the product is exact (module docstring)."""
+    if P < 3:
+        mag = (w << (9 - 4 * P)) & 0x0E000E00
+    else:
+        mag = (w >> 3) & 0x0E000E00  # bits above the masked ones do not matter, so arithmetic shift is fine
+    sign = (w << (12 - 4 * P)) & -2147450880  # 0x80008000 as int32
+    bits = mag | sign
+    lo = bits.to(tl.int16).to(tl.float16, bitcast=True)
+    hi = (bits >> 16).to(tl.int16).to(tl.float16, bitcast=True)
+    return lo * scale, hi * scale
+
+
+@triton.jit
+def _fp4_natural(w, scale):
+    """int32 words [R, W] -> fp16 [R, 8 * W] equal to fp4 * scale * 2**-7, in k order (nibble q of word j at 8j + q).
+
+    ``_fp4_pair`` gives nibbles p and p + 4; three levels of interleave put them in order: level one pairs p with
+    p + 4 (index 2j + h), level two p with p + 2, level three p with p + 1, so that the index is 8j + 4h + p."""
+    lo0, hi0 = _fp4_pair(w, scale, 0)
+    lo1, hi1 = _fp4_pair(w, scale, 1)
+    lo2, hi2 = _fp4_pair(w, scale, 2)
+    lo3, hi3 = _fp4_pair(w, scale, 3)
+    even = tl.interleave(tl.interleave(lo0, hi0), tl.interleave(lo2, hi2))
+    odd = tl.interleave(tl.interleave(lo1, hi1), tl.interleave(lo3, hi3))
+    return tl.interleave(even, odd)
+
+
+@triton.jit
+def _scale_row(base, r, PK):
+    """Flat offset of row r's first scale in a 128x4-swizzled scale matrix of PK = K/16 columns starting at
+    ``base`` (int64): whole 128-row tiles, then the row's place inside its tile (see layout_op.md)."""
+    return base + (r // 128).to(tl.int64) * 128 * PK + (r % 32) * 16 + ((r % 128) // 32) * 4
+
+
+@triton.jit
+def _scale_col(kb):
+    """The column part of the swizzle: 4 consecutive 16-element blocks are 4 consecutive bytes."""
+    return (kb // 4) * 512 + kb % 4
+
+
+@triton.jit
+def _load_scales(s_ptr, s_row, row_mask, kb, PK):
+    """e4m3 scales [rows, blocks kb] of a swizzled matrix; zeros where the row is masked or kb >= PK."""
+    return tl.load(s_ptr + s_row[:, None] + _scale_col(kb)[None, :], mask=row_mask[:, None] & (kb < PK)[None, :],
+                   other=0.0)
+
+
+@triton.jit
+def _zero_rows(out_ptr, start, end, offs_n, n_mask, stride_om, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    zeros = tl.zeros((BLOCK_M, BLOCK_N), dtype=out_ptr.dtype.element_ty)
+    for r0 in range(start, end, BLOCK_M):
+        rows = r0 + tl.arange(0, BLOCK_M)
+        ptrs = out_ptr + rows.to(tl.int64)[:, None] * stride_om + offs_n[None, :]
+        tl.store(ptrs, zeros, mask=(rows < end)[:, None] & n_mask[None, :])
+
+
+
+# The token count, group count and scale1's size tile nothing: not specialized on (Triton would otherwise compile a
+# variant per divisibility of each).
+@triton.jit(do_not_specialize=["M", "G", "s1_capacity"])
+def _dequant_a_kernel(
+    a_ptr, s1_ptr, ps_ptr, eoff_ptr, sfoff_ptr, a16_ptr,
+    M, KW, G, s1_capacity, stride_am, stride_ps,
+    BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr, G_BLOCK: tl.constexpr,
+):
+    """Tokens -> fp16 ``a16[r, k] = fp4(mat1[r, k]) * s1 * 2**-7`` ([M, K], k in order); zeros for rows no group
+    covers."""
+    pid_r = tl.program_id(0)
+    pid_w = tl.program_id(1)
+
+    rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    # The group of each row: the one whose [start, start + size) holds it (groups never overlap), all G at once.
+    offs_g = tl.arange(0, G_BLOCK)
+    g_mask = offs_g < G
+    starts = tl.load(eoff_ptr + offs_g, mask=g_mask, other=0)
+    sizes = tl.load(ps_ptr + offs_g * stride_ps, mask=g_mask, other=0)
+    hit = (starts[None, :] <= rows[:, None]) & (rows[:, None] < starts[None, :] + sizes[None, :]) & g_mask[None, :]
+    grp = tl.max(tl.where(hit, offs_g[None, :], -1), axis=1)
+    covered = (grp >= 0) & (rows < M)
+    grp = tl.maximum(grp, 0)
+    lr = rows - tl.load(eoff_ptr + grp, mask=covered, other=0)  # row inside its group
+    sf = tl.load(sfoff_ptr + grp, mask=covered, other=0).to(tl.int64)
+
+    PK = KW // 2  # scale columns (a multiple of 4: K % 64 == 0)
+    s1_row = _scale_row(sf * PK, lr, PK)
+    # Bound scale1 reads by its storage per row (a row's last scale sits at +(PK/4-1)*512+3).
+    s1_mask = covered & (s1_row + (PK // 4 - 1) * 512 + 4 <= s1_capacity)
+    kw = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
+    k_mask = kw < KW
+    rows64 = rows.to(tl.int64)
+    w = tl.load(a_ptr + rows64[:, None] * stride_am + kw[None, :], mask=covered[:, None] & k_mask[None, :], other=0)
+    sa = _load_scales(s1_ptr, s1_row, s1_mask, pid_w * (BLOCK_W // 2) + tl.arange(0, BLOCK_W // 2), PK)
+    sa = sa.to(tl.float16) * 128.0
+    sa = tl.interleave(sa, sa)  # one scale per 16 values = 2 words
+
+    vals = _fp4_natural(w, sa)
+    cols = pid_w * (8 * BLOCK_W) + tl.arange(0, 8 * BLOCK_W)
+    st_mask = (rows < M)[:, None] & (cols < 8 * KW)[None, :]
+    tl.store(a16_ptr + rows64[:, None] * (8 * KW) + cols[None, :], vals, mask=st_mask)
+
+
+@triton.jit(do_not_specialize=["g_lo"])
+def _dequant_b_kernel(
+    b_ptr, s2_ptr, b16_ptr,
+    N, KW, g_lo, stride_bg, stride_bn, stride_s2g,
+    BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr,
+):
+    """Weights of experts [g_lo, g_lo + chunk) -> fp16 ``b16[e - g_lo, n, k] = fp4(w_e[n, k]) * s2_e * 2**-7``."""
+    r_tiles = tl.cdiv(N, BLOCK_R)
+    local_e = tl.program_id(0) // r_tiles
+    rows = (tl.program_id(0) % r_tiles) * BLOCK_R + tl.arange(0, BLOCK_R)
+    e = (g_lo + local_e).to(tl.int64)
+    PK = KW // 2
+    r_mask = rows < N
+    kw = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
+    k_mask = kw < KW
+    rows64 = rows.to(tl.int64)
+    w = tl.load(b_ptr + e * stride_bg + rows64[:, None] * stride_bn + kw[None, :],
+                mask=r_mask[:, None] & k_mask[None, :], other=0)
+    kb = tl.program_id(1) * (BLOCK_W // 2) + tl.arange(0, BLOCK_W // 2)
+    sb = _load_scales(s2_ptr, _scale_row(e * stride_s2g, rows, PK), r_mask, kb, PK)
+    sb = sb.to(tl.float16) * 128.0
+    vals = _fp4_natural(w, tl.interleave(sb, sb))
+    cols = tl.program_id(1) * (8 * BLOCK_W) + tl.arange(0, 8 * BLOCK_W)
+    dst = b16_ptr + (local_e.to(tl.int64) * N + rows64[:, None]) * (8 * KW) + cols[None, :]
+    tl.store(dst, vals, mask=r_mask[:, None] & (cols < 8 * KW)[None, :])
+
+
+@triton.jit(do_not_specialize=["M", "G", "s1_capacity", "g_lo", "g_hi", "check_m", "check_capacity"])
+def _nvfp4_gemm_kernel(
+    a_ptr, s1_ptr, b_ptr, s2_ptr, alpha_ptr, ps_ptr, eoff_ptr, sfoff_ptr, out_ptr, ws_ptr, cnt_ptr, flags_ptr,
+    M, N, KW, G, s1_capacity,
+    stride_am, stride_bg, stride_bn, stride_s2g, stride_ps, stride_om, g_lo, g_hi,
+    check_m, check_capacity, check_n, check_k,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    GROUP_M: tl.constexpr, F16: tl.constexpr, EVEN_K: tl.constexpr, G_BLOCK: tl.constexpr,
+    CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
+):
+    # KW = K/8 int32 words per row, passed rather than derived so that Triton's divisibility specialization of
+    # integer arguments sees it (vectorized, unmasked-in-K loads when EVEN_K).
+    # F16: a_ptr holds _dequant_a_kernel's fp16 tokens [M, K] and b_ptr _dequant_b_kernel's fp16 weights of groups
+    # [g_lo, g_hi) ([g_hi - g_lo, N, K]); otherwise the packed operands as int32 words (tokens [M, KW], weights
+    # [G, N, KW]), dequantized here with their block scales. Only groups [g_lo, g_hi) are computed.
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    if CHECK:  # the call's device check of the offsets (group_offsets_check.py), by program 0: no launch of its own
+        if (pid == 0) & (pid_k == 0):
+            bits = group_offsets_bits(eoff_ptr, sfoff_ptr, ps_ptr, G, check_m, check_capacity, check_n, check_k,
+                                      stride_ps, CHECK_EVERY_ROW, True, True, CHECK_BLOCK)
+            tl.store(flags_ptr, tl.load(flags_ptr) | bits)  # (pinned host flags: sticky, as the check kernel's)
+    num_pid_m = tl.cdiv(M, BLOCK_M) + g_hi - g_lo
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    band = GROUP_M * num_pid_n  # programs per band of GROUP_M m-tiles, m-tile fastest inside a band
+    first_m = (pid // band) * GROUP_M
+    band_m = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % band) % band_m
+    pid_n = (pid % band) // band_m
+
+    # Which (group, m-tile) this program computes: prefix sums of the groups' tile counts (each group owns >= 1
+    # tile), all G sizes in one vector load rather than a loop of G dependent scalar loads.
+    offs_g = tl.arange(0, G_BLOCK)
+    g_mask = offs_g < G
+    sizes = tl.load(ps_ptr + offs_g * stride_ps, mask=g_mask, other=0)
+    tiles = tl.where(g_mask & (offs_g >= g_lo) & (offs_g < g_hi), tl.maximum(tl.cdiv(sizes, BLOCK_M), 1), 0)
+    ends = tl.cumsum(tiles, 0)
+    grp = tl.sum((ends <= pid_m).to(tl.int32), 0)  # the first group whose tiles end after pid_m
+    if grp >= g_hi:
+        return
+    local = pid_m - tl.sum(tl.where(offs_g == grp, ends - tiles, 0), 0)
+
+    m_g = tl.load(ps_ptr + grp * stride_ps)
+    e_g = tl.load(eoff_ptr + grp)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+
+    # Rows no group covers: tile 0 of each group zeroes the gap after the group (and group 0 the rows before it).
+    nxt = tl.where(grp + 1 < G, tl.load(eoff_ptr + tl.minimum(grp + 1, G - 1)), M)
+    gap_start = tl.minimum(tl.maximum(e_g + m_g, 0), M)
+    gap_end = tl.where((local == 0) & (pid_k == 0), tl.minimum(nxt, M), gap_start)
+    _zero_rows(out_ptr, gap_start, gap_end, offs_n, n_mask, stride_om, BLOCK_M, BLOCK_N)
+    head_end = tl.where((grp == 0) & (local == 0) & (pid_k == 0), tl.minimum(e_g, M), 0)
+    _zero_rows(out_ptr, 0, head_end, offs_n, n_mask, stride_om, BLOCK_M, BLOCK_N)
+    if local * BLOCK_M >= m_g:  # an empty group's tile only zero-fills
+        return
+
+    BKW: tl.constexpr = BLOCK_K // 8
+    PK = KW // 2  # scale columns (a multiple of 4: K % 64 == 0)
+    lr = local * BLOCK_M + tl.arange(0, BLOCK_M)  # row inside the group
+    rows = e_g + lr
+    r_mask = (lr < m_g) & (rows < M)
+    # This split's k-tiles: a contiguous run of ceil(tiles / SPLIT_K) (the last run may be short or empty).
+    run = tl.cdiv(tl.cdiv(KW, BKW), SPLIT_K)
+    k_lo = pid_k * run * BKW
+    k_hi = tl.minimum(k_lo + run * BKW, KW)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+
+    if F16:  # a plain fp16 grouped GEMM over the dequantized operands, K in order
+        K = KW * 8
+        a_row_ptr = a_ptr + rows.to(tl.int64) * K
+        b_row_ptr = b_ptr + ((grp - g_lo).to(tl.int64) * N + offs_n.to(tl.int64)) * K
+        offs_k = tl.arange(0, BLOCK_K)
+        for k0 in range(k_lo * 8, k_hi * 8, BLOCK_K):
+            kk = k0 + offs_k
+            if EVEN_K:
+                k_mask = tl.full((BLOCK_K,), 1, tl.int1)
+            else:
+                k_mask = kk < K
+            a = tl.load(a_row_ptr[:, None] + kk[None, :], mask=r_mask[:, None] & k_mask[None, :], other=0.0)
+            b = tl.load(b_row_ptr[:, None] + kk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
+            acc = tl.dot(b, tl.trans(a), acc)
+    else:
+        b_row_ptr = b_ptr + grp.to(tl.int64) * stride_bg + offs_n.to(tl.int64) * stride_bn
+        s2_row = _scale_row(grp.to(tl.int64) * stride_s2g, offs_n, PK)
+
+        a_row_ptr = a_ptr + rows.to(tl.int64) * stride_am
+        sf_g = tl.load(sfoff_ptr + grp).to(tl.int64)
+        s1_row = _scale_row(sf_g * PK, lr, PK)
+        # Bound scale1 reads by its storage per ROW (a row's last scale sits at +(PK/4-1)*512+3): an element-wise
+        # bound would make the mask vary along K, and the scale loads could no longer be vectorized and pipelined.
+        s1_mask = r_mask & (s1_row + (PK // 4 - 1) * 512 + 4 <= s1_capacity)
+        # scale1 is prefetched one k-tile ahead by hand: at decode tiles (16 rows x BLOCK_K/16 bytes) a thread holds
+        # under 4 bytes of it, too few for the pipeliner's async copies, so it would otherwise wait on every load.
+        sa_next = _load_scales(s1_ptr, s1_row, s1_mask, k_lo // 2 + tl.arange(0, BKW // 2), PK)
+
+        offs_w = tl.arange(0, BKW)
+        for k0 in range(k_lo, k_hi, BKW):
+            kw = k0 + offs_w
+            if EVEN_K:  # no mask along K, so the word loads vectorize to 16 bytes
+                k_mask = tl.full((BKW,), 1, tl.int1)
+            else:
+                k_mask = kw < KW
+            a_ptrs = a_row_ptr[:, None] + kw[None, :]
+            a_mask = r_mask[:, None] & k_mask[None, :]
+            bw = tl.load(b_row_ptr[:, None] + kw[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0)
+            # One scale per 16-element block (2 words), loaded once and then repeated per word with interleave.
+            # Loading it per word instead makes the scale load's scalar layout govern the whole dequantization
+            # (seen in the compiled sm_90 SASS: twice the instructions per k-tile, and the dequantized weights go
+            # through shared memory instead of straight into the MMA's register operand).
+            kb = k0 // 2 + tl.arange(0, BKW // 2)
+            if EVEN_K:
+                kb_mask = tl.full((BKW // 2,), 1, tl.int1)
+            else:
+                kb_mask = kb < PK
+            sb = tl.load(s2_ptr + s2_row[:, None] + _scale_col(kb)[None, :], mask=n_mask[:, None] & kb_mask[None, :],
+                         other=0.0)
+            sb = sb.to(tl.float16) * 128.0
+            sb = tl.interleave(sb, sb)
+            aw = tl.load(a_ptrs, mask=a_mask, other=0)
+            sa = sa_next
+            sa_next = _load_scales(s1_ptr, s1_row, s1_mask, kb + BKW // 2, PK)
+            sa = sa.to(tl.float16) * 128.0
+            sa = tl.interleave(sa, sa)
+            for p in tl.static_range(4):
+                a_lo, a_hi = _fp4_pair(aw, sa, p)
+                b_lo, b_hi = _fp4_pair(bw, sb, p)
+                acc = tl.dot(b_lo, tl.trans(a_lo), acc)
+                acc = tl.dot(b_hi, tl.trans(a_hi), acc)
+
+    if SPLIT_K > 1:
+        # Publish this split's partial, count arrivals; the last to arrive reduces all of them in split order.
+        tile = pid_m * num_pid_n + pid_n
+        offs_t = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
+        ws_tile = ws_ptr + tile.to(tl.int64) * (SPLIT_K * BLOCK_N * BLOCK_M)
+        tl.store(ws_tile + pid_k * (BLOCK_N * BLOCK_M) + offs_t, acc)
+        tl.debug_barrier()  # every thread's partial is written before the (release) counter update
+        if tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu") != SPLIT_K - 1:
+            return
+        acc = tl.load(ws_tile + offs_t, cache_modifier=".cg")
+        for s in tl.static_range(1, SPLIT_K):
+            acc += tl.load(ws_tile + s * (BLOCK_N * BLOCK_M) + offs_t, cache_modifier=".cg")
+        tl.store(cnt_ptr + tile, 0)  # every split has counted: the counter is zero again for the next launch
+
+    # Undo the two 2**-7 operand factors together with alpha; one rounding to the output dtype.
+    scale = tl.load(alpha_ptr + grp) * 16384.0
+    res = (acc * scale).to(out_ptr.dtype.element_ty)
+    ptrs = out_ptr + rows.to(tl.int64)[None, :] * stride_om + offs_n[:, None]
+    tl.store(ptrs, res, mask=n_mask[:, None] & r_mask[None, :])
+
+
+def _cutlass_nvfp4_grouped_mm_for(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets,
+                                  dtype):
+    """fd.ops.cutlass_nvfp4_grouped_mm's kernel: the op's checks (pyfuser/ops/narrow_precision.py), then the GEMM."""
+    shapes = ops.check_gemm(node.op.name, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets,
+                            sf_offsets)
+    return nvfp4_grouped_mm(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets,
+                            to_torch_dtype(dtype), shapes=shapes)
+
+
+def _prepare_cutlass_nvfp4_grouped_mm(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets,
+                                      sf_offsets, dtype):
+    """The kernel above for one input signature (OpDef.prepare): the operand contract and the launches once; a call
+    checks the offsets' values (on the device by default) and launches."""
+    m, n, k, g, check = ops.gemm_contract(node.op.name, mat1, mat2, scale1, scale2, alpha, problem_sizes,
+                                          expert_offsets, sf_offsets)
+    gemm = GroupedGemm(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets,
+                       to_torch_dtype(dtype), shapes=(m, n, k, g), check=check)
+    offsets = PreparedGroupCheck(check)
+    capacity = ops.scale1_capacity(scale1)
+    fused_check = gemm.fuses_check  # (decided once: the decode form runs the device check in its own launch)
+
+    def run(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, dtype):
+        if ops.scale1_capacity(scale1) != capacity:  # another storage behind the same view: checked anew
+            return _cutlass_nvfp4_grouped_mm_for(node, mat1, mat2, scale1, scale2, alpha, problem_sizes,
+                                                 expert_offsets, sf_offsets, dtype)
+        if not fused_check:
+            offsets(expert_offsets, sf_offsets, problem_sizes)
+            return gemm(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
+        # The device check runs inside the GEMM's launch (program 0), one launch fewer per call.
+        flag = offsets.device_flag(expert_offsets, sf_offsets, problem_sizes)
+        return gemm(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets, check_flags=flag)
+
+    return run
+
+
+
