@@ -22,6 +22,8 @@ contract (a kernel variant under study: a copy of ``pyfuser/kernels/nvfp4_layout
 without its ``attach`` calls, which would register the ops a second time); its outputs must equal the shipped
 kernel's bit for bit, or its rows are not timed. ``--timing-only FILE.py`` times such a file without that check
 (a variant that leaves work out, to bound what that work costs); its rows are marked.
+``benchmarks/variants/nvfp4_layout_before.py`` is the kernel before the packed fast encoding and the comparison
+group lookup (seventh session): ``--variant benchmarks/variants/nvfp4_layout_before.py`` times the two side by side.
 
 Each quantization is prepared once (``BlockQuantize``: checks, config and bound launch, as a cached fusion holds
 it) and replayed from a CUDA graph of ``--calls`` calls, so the times are GPU time alone: the H200 host's time

@@ -397,6 +397,71 @@ def test_fast_fp4_encoding_matches_thresholds():
     assert torch.equal(out, ref.fp4_encode(v))
 
 
+def _run_ptx_model(ptx: str, operands: list) -> int:
+    """The b32 result ($0) of ``ptx`` for the given 32-bit operands ($1, $2, ...), executed by a model of the few PTX
+    instructions it may use (mad.lo.u32, sub.u32, and/or.b32, prmt.b32 in its default mode with sign
+    replication): the GPU path of the quantize's packing, which the interpreter cannot run."""
+    import re
+
+    regs = {f"${i + 1}": v & 0xFFFFFFFF for i, v in enumerate(operands)}
+
+    def val(tok):
+        return int(tok, 0) & 0xFFFFFFFF if re.fullmatch(r"-?(0x[0-9a-fA-F]+|\d+)", tok) else regs[tok]
+
+    for line in ptx.splitlines():
+        line = line.strip().rstrip(";")
+        if not line or line in "{}" or line.startswith(".reg"):
+            continue
+        op, args = line.split(None, 1)
+        d, *src = [a.strip() for a in args.split(",")]
+        v = [val(a) for a in src]
+        if op == "mad.lo.u32":
+            r = v[0] * v[1] + v[2]
+        elif op == "sub.u32":
+            r = v[0] - v[1]
+        elif op == "and.b32":
+            r = v[0] & v[1]
+        elif op == "or.b32":
+            r = v[0] | v[1]
+        elif op == "prmt.b32":
+            data = v[0] | (v[1] << 32)  # bytes 0-3: the first operand, 4-7: the second
+            r = 0
+            for i in range(4):
+                sel = (v[2] >> (4 * i)) & 0xF
+                byte = (data >> (8 * (sel & 7))) & 0xFF
+                if sel & 8:  # sign replication: the selected byte's top bit, in all 8 bits
+                    byte = 0xFF if byte & 0x80 else 0
+                r |= byte << (8 * i)
+        else:
+            raise AssertionError(f"no model for {op}")
+        regs[d] = r & 0xFFFFFFFF
+    return regs["$0"]
+
+
+def test_fp4_pack_ptx_matches_the_reference_encoding():
+    # FP4_PACK_PTX (the fast encoding's packing on the GPU, 4 pairs per word) run through a model of its
+    # instructions on the same inputs the kernel gives it (the fp32 sums of _fp4_lines and the values' bits):
+    # the reference's packed bytes, for E2M1 values, every midpoint and its fp32 neighbours, both signs and zeros.
+    import numpy as np
+
+    grid_vals = torch.tensor([0, .25, .5, .75, 1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6, 6.5, 6.99])
+    near = torch.cat([torch.nextafter(grid_vals, torch.tensor(-1.0)), grid_vals,
+                      torch.nextafter(grid_vals, torch.tensor(9.0))])
+    gen = torch.Generator().manual_seed(0)
+    v = torch.cat([near, -near, torch.rand(4000, generator=gen) * 14 - 7, torch.tensor([1e-30, -1e-45, 2e-38])])
+    v = v[torch.randperm(v.numel(), generator=gen)][: v.numel() // 8 * 8].reshape(-1, 4, 2)  # [words, pairs, 2]
+    a = np.abs(v.numpy().astype(np.float32))
+    magic = np.float32(lk.RNE_MAGIC.value)
+    sums = np.minimum(np.minimum(a * np.float32(2) + magic, a + (magic + np.float32(2))),
+                      a * np.float32(0.5) + (magic + np.float32(4))).view(np.uint32)
+    bits = v.numpy().astype(np.float32).view(np.uint32)
+    want = ref.pack_fp4(ref.fp4_encode(v.reshape(-1, 8))).view(torch.uint8).reshape(-1, 4)
+    for w in range(v.shape[0]):
+        operands = [int(x) for x in (*sums[w, :, 0], *sums[w, :, 1], *bits[w, :, 0], *bits[w, :, 1])]
+        word = _run_ptx_model(lk.FP4_PACK_PTX.value, operands)
+        assert list(word.to_bytes(4, "little")) == want[w].tolist(), (w, v[w])
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
 def test_fast_and_exact_tiles(dtype):
     # A tile whose blocks all have normal unsaturated fp8 scales (or zero ones) takes the fast encoding; one block
@@ -715,15 +780,16 @@ COMPILE = textwrap.dedent(
                "HAS_GS": "constexpr", "SCALE_LAYOUT": "constexpr", "X_FORMAT": "constexpr", "LOG2_G": "constexpr",
                "BLOCK_SIZE": "constexpr", "BLOCK_M": "constexpr", "BLOCK_K": "constexpr", "TILES": "constexpr",
                "WIDE": "constexpr", "UNIT_LOG2": "constexpr", "ZERO_R": "constexpr", "ZERO_C": "constexpr",
-               **check_sig, "SCALE_STORE": "constexpr"}
+               **check_sig, "SCALE_STORE": "constexpr", "ASM": "constexpr"}
         consts = {"HAS_GS": has_gs, "SCALE_LAYOUT": layout, "X_FORMAT": fmt, "LOG2_G": 2, "BLOCK_SIZE": 16,
                   "BLOCK_M": 4, "BLOCK_K": 512, "TILES": 2, "WIDE": wide, "UNIT_LOG2": 2, "ZERO_R": 32, "ZERO_C": 64,
-                  **check_consts(check), "SCALE_STORE": store}
+                  **check_consts(check), "SCALE_STORE": store, "ASM": True}
         ptx = compile_ptx(lk._block_quantize_kernel, sig, consts, num_warps=2)
         name = f"quantize-{xdtype}-{layout}-{fmt}" + ("-check" if check else "") + (f"-store{store}" if store else "")
         report[name] = sorted(set(re.findall(r"\\b(div\\.[a-z0-9.]+|max\\.[A-Za-z0-9.]+)", ptx)))
         stores[name] = ptx.count("st.global")
         stores[name + ":bytes"] = len(re.findall(r"st\\.global[.a-z0-9]*\\.[bu]8\\b", ptx))
+        stores[name + ":packed-words"] = ptx.count("prmt.b32 l, a, b, 0x5410;")
     print(json.dumps({"report": report, "stores": stores}))
     """
 )
@@ -749,6 +815,9 @@ def test_kernels_compile_for_sm90():
                                 ("quantize-i32-2-2", "quantize-i32-2-2-check"),
                                 ("quantize-i64-2-3", "quantize-i64-2-3-check")):
         assert stores[with_check] > stores[without], (with_check, stores)
+    # The fast encoding packs 4 pairs per word with FP4_PACK_PTX: per tile, 2 halves of the 2 blocks a thread
+    # holds (4 x 512 tiles on 2 warps), and 2 tiles.
+    assert all(v == 8 for k, v in stores.items() if k.endswith(":packed-words")), stores
     for variant, instrs in report.items():
         # Bit-exactness on the GPU: IEEE divisions (Triton's plain "/" is the approximate div.full.f32) and a
         # NaN-propagating block max.

@@ -32,7 +32,10 @@ Group lookups are branch-free binary searches with a FIXED number of steps, ceil
 constant: the layout op looks up each buffer row's group in ``output_offsets`` (the slabs are disjoint and in
 order, so the group is the last one starting at or before the row); the quantize kernel looks up each input row's
 group in ``input_offsets`` (the largest e with ``input_offsets[e] <= row``, the upstream scan's answer, empty groups
-included). A loop over g would cost g loads per row; MoE layers have up to a few hundred experts.
+included). A loop over g would cost g loads per row; MoE layers have up to a few hundred experts. Up to 16 groups
+the quantize compares each row with every offset instead (``_group_starts_scan``: 2g independent loads, where the
+search's loads each wait for the one before), after its first tile's encoding, so that nothing of the lookup is
+scheduled ahead of the program's loads of x.
 
 Bounds: the offsets are trusted (upstream never checks them; the ops layer can), but every load and store stays
 inside its tensor whatever the offsets hold, so bad offsets give wrong values, never memory corruption. Input rows
@@ -43,7 +46,11 @@ divisions with ``tl.div_rn``: Triton's plain ``/`` is the approximate ``div.full
 propagating block max like torch.amax). The per-ELEMENT instruction count matters: the previous kernel issued ~48
 per element (threshold compares on uint8, a layout shuffle through shared memory for the nibble packing, block math
 repeated by the two threads sharing a block), about its whole 125 us at [16384, 4096]; this one ~16 (64 us, 63% of
-copy bandwidth). Two encodings, bit-identical on the values they are used for:
+copy bandwidth). On the GPU the fast encoding's codes and sign bits are packed 4 pairs to a 32-bit word by
+``FP4_PACK_PTX`` (inline PTX: multiply-adds for the codes, byte permutes for the signs; 2 instructions per element
+against 4.4), and a program's tiles along K share one division by k_tiles: compiled for sm_90, about 16
+instructions per element of x for the plain and swizzled layouts and 17.5 for the grouped one (18.7, 18.7 and
+19.5 before). Two encodings, bit-identical on the values they are used for:
 - exact (``_fp4_code_exact``): the 7 rounding thresholds, correct for every fp32 value (NaN, inf, > 6);
 - fast (``_fp4_code_fast``): round-to-nearest-even on a piecewise-linear map of |v| using the fp32 adder
   (see there), about half the instructions, correct for finite |v| < 7. A tile uses it when every block in it is
@@ -62,6 +69,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..codegen.interpreter_compat import interpreting
 from ..codegen.kernel_builder import COMPILE_OPTIONS
 from ..codegen.launcher import bound_launch, cdiv, next_pow2, triton_usable
 from ..codegen.prologue import LoadPrologue
@@ -80,6 +88,10 @@ FLOAT32_MAX = tl.constexpr(3.4028234663852886e38)
 # and that integer is the sum's bit pattern minus MAGIC's.
 RNE_MAGIC = tl.constexpr(12582912.0)
 RNE_MAGIC_BITS = tl.constexpr(0x4B400000)
+
+# The grouped quantize looks its rows' groups up by comparing them with every offset up to 2**SCAN_LOG2_G_MAX
+# groups (_group_starts_scan), by a binary search beyond (_group_of).
+SCAN_LOG2_G_MAX = tl.constexpr(4)
 
 # Scale layouts of the quantize kernel (constexpr SCALE_LAYOUT).
 _PLAIN, _SWIZZLED, _GROUPED = 0, 1, 2
@@ -113,6 +125,24 @@ def _group_of(vals, offsets_ptr, g, LOG2_G: tl.constexpr):
         start = tl.load(offsets_ptr + cand, mask=in_range, other=0)
         e = tl.where(in_range & (start <= vals), cand, e)
     return e
+
+
+@triton.jit
+def _group_starts_scan(rows, in_offsets_ptr, out_offsets_ptr, g, G: tl.constexpr):
+    """(input_offsets[e], output_offsets[e]) of each row's group e, the last e in [0, g) whose input offset is <=
+    the row (0 when none): the same as ``_group_of`` and two loads of e for non-decreasing offsets. The 2*G offsets
+    are loaded by independent (uniform) loads that can all be in flight with the program's loads of x, and each
+    is compared with every row: the binary search's ceil(log2(g)) dependent loads, then two more that depend on
+    their result, kept each program's loads of x waiting (~5 us of the grouped quantize's 57.7 at bf16
+    [16384, 4096], g=8, on the H200). For small g only (SCAN_LOG2_G_MAX): the work grows with g."""
+    in_start = tl.load(in_offsets_ptr) + tl.zeros_like(rows)
+    out_start = tl.load(out_offsets_ptr) + tl.zeros_like(rows)
+    for j in tl.static_range(1, G):
+        start = tl.load(in_offsets_ptr + j, mask=j < g, other=0)
+        take = (start <= rows) & (j < g)
+        in_start = tl.where(take, start, in_start)
+        out_start = tl.where(take, tl.load(out_offsets_ptr + j, mask=j < g, other=0), out_start)
+    return in_start, out_start
 
 
 @triton.jit
@@ -153,9 +183,12 @@ def _grouped_row_offsets(rows, row_ok, in_offsets_ptr, out_offsets_ptr, g, pk, s
     """(row part of each input row's position in the grouped scale buffer, mask of rows that have a group). A
     group whose output offset lies outside the buffer has none (its offsets fail the device check), so that the
     position's arithmetic cannot wrap around in int32."""
-    e = _group_of(rows, in_offsets_ptr, g, LOG2_G)
-    in_start = tl.load(in_offsets_ptr + e, mask=row_ok, other=0)
-    out_start = tl.load(out_offsets_ptr + e, mask=row_ok, other=0)
+    if LOG2_G <= SCAN_LOG2_G_MAX:
+        in_start, out_start = _group_starts_scan(rows, in_offsets_ptr, out_offsets_ptr, g, 1 << LOG2_G)
+    else:
+        e = _group_of(rows, in_offsets_ptr, g, LOG2_G)
+        in_start = tl.load(in_offsets_ptr + e, mask=row_ok, other=0)
+        out_start = tl.load(out_offsets_ptr + e, mask=row_ok, other=0)
     local = rows - in_start
     in_buffer = (out_start >= 0) & (out_start.to(tl.int64) * pk < scales_numel)
     return _swizzled_row_offset(local, out_start, pk, WIDE), row_ok & (local >= 0) & in_buffer
@@ -374,10 +407,49 @@ def _fp4_code_fast(v):
     round-to-nearest-even (midpoints map to x.5; the even integer is the even code), and f < 7.5 for a < 7
     gives code 7 (= 6, saturated) up to there. Rounding is monotonic, so it commutes with the min: each line is
     rounded by adding RNE_MAGIC (a*2 and a*0.5 are exact, so a fused multiply-add gives the same sum)."""
-    a = tl.abs(v)
-    t = tl.minimum(tl.minimum(a * 2.0 + RNE_MAGIC, a + (RNE_MAGIC + 2.0)), a * 0.5 + (RNE_MAGIC + 4.0))
-    mag = t.to(tl.int32, bitcast=True) - RNE_MAGIC_BITS
+    mag = _fp4_lines(v).to(tl.int32, bitcast=True) - RNE_MAGIC_BITS
     return mag | ((v.to(tl.int32, bitcast=True) >> 28) & 8)
+
+
+@triton.jit
+def _fp4_lines(v):
+    """RNE_MAGIC + the FP4 magnitude code of v (finite |v| < 7), as the fp32 sum of ``_fp4_code_fast``."""
+    a = tl.abs(v)
+    return tl.minimum(tl.minimum(a * 2.0 + RNE_MAGIC, a + (RNE_MAGIC + 2.0)), a * 0.5 + (RNE_MAGIC + 4.0))
+
+
+# The packed bytes of 4 pairs (8 elements) in one 32-bit word, from the fast encoding's sums (_fp4_lines) and the
+# values' sign bits: operands $1-$4 the sums of the pairs' low elements as bits (RNE_MAGIC_BITS + code), $5-$8 of
+# their high elements, $9-$12 and $13-$16 the low and high elements' fp32 bits. Codes: one multiply-add per
+# element (nibble i of the word weighs 16**i; the magic's multiples are subtracted once, as PACK_MAGIC_BITS =
+# RNE_MAGIC_BITS * 0x11111111 mod 2**32). Signs: the values' top bytes gathered by byte permutes with sign
+# replication (0x00 or 0xFF per byte), low elements' into bit 3 and high elements' into bit 7 of each byte. 16
+# instructions for 8 elements, where the element-wise form takes 35 (subtract, shift, or per element, a shift
+# and an or per pair, three byte permutes per word). The interpreter has no PTX: it runs the element-wise form,
+# which gives the same bits (tests/test_nvfp4_layout_kernels.py also runs this text through a model of its
+# instructions).
+PACK_MAGIC_BITS = 0x3F400000
+FP4_PACK_PTX = tl.constexpr("""{
+    .reg .b32 w, a, b, l, h;
+    mad.lo.u32 w, $8, 16, $4;
+    mad.lo.u32 w, w, 16, $7;
+    mad.lo.u32 w, w, 16, $3;
+    mad.lo.u32 w, w, 16, $6;
+    mad.lo.u32 w, w, 16, $2;
+    mad.lo.u32 w, w, 16, $5;
+    mad.lo.u32 w, w, 16, $1;
+    sub.u32 w, w, 0x3F400000;
+    prmt.b32 a, $9, $10, 0xFB;
+    prmt.b32 b, $11, $12, 0xFB;
+    prmt.b32 l, a, b, 0x5410;
+    prmt.b32 a, $13, $14, 0xFB;
+    prmt.b32 b, $15, $16, 0xFB;
+    prmt.b32 h, a, b, 0x5410;
+    and.b32 l, l, 0x08080808;
+    and.b32 h, h, 0x80808080;
+    or.b32 w, w, l;
+    or.b32 $0, w, h;
+}""")
 
 
 @triton.jit
@@ -396,8 +468,15 @@ def _tile_coords(tile, k_tiles, M, K, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.cons
     block (rows j.., j+32.., j+64.., j+96..), whose scales the 128x4 swizzle puts side by side: runs of 16
     contiguous bytes (two runs where a group starts inside the block) instead of 4-byte pieces 16 bytes apart. The
     tiles still cover every row once, whatever the offsets."""
-    NB: tl.constexpr = BLOCK_K // BLOCK_SIZE
     pid_m = tile // k_tiles
+    return _tile_coords_at(pid_m, tile - pid_m * k_tiles, M, K, BLOCK_SIZE, BLOCK_M, BLOCK_K, Q, WIDE, INTERLEAVE)
+
+
+@triton.jit
+def _tile_coords_at(pid_m, k_tile, M, K, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+                    Q: tl.constexpr, WIDE: tl.constexpr, INTERLEAVE: tl.constexpr):
+    """``_tile_coords`` of the tile in row band ``pid_m`` and column band ``k_tile``."""
+    NB: tl.constexpr = BLOCK_K // BLOCK_SIZE
     if INTERLEAVE:
         C: tl.constexpr = BLOCK_M // 4
         PER_BLOCK: tl.constexpr = 128 // BLOCK_M
@@ -405,7 +484,7 @@ def _tile_coords(tile, k_tiles, M, K, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.cons
         rows = (pid_m // PER_BLOCK) * 128 + (pid_m % PER_BLOCK) * C + (i % C) + (i // C) * 32
     else:
         rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    blocks = (tile - pid_m * k_tiles) * NB + tl.arange(0, NB)
+    blocks = k_tile * NB + tl.arange(0, NB)
     rows_w = rows.to(tl.int64) if WIDE else rows
     r3 = rows_w[:, None, None]
     pairs = (blocks * (BLOCK_SIZE // 2))[None, :, None] + tl.arange(0, Q)[None, None, :]
@@ -460,26 +539,38 @@ def _pair_amax(lo, hi):
 
 
 @triton.jit
-def _encode_store(lo, hi, mult, fast, ptrs, mask):
-    """Scale the pairs by their block's multiplier, encode both elements, pack (2j low nibble) and store."""
+def _encode_store(lo, hi, mult, fast, ptrs, mask, ASM: tl.constexpr):
+    """Scale the pairs by their block's multiplier, encode both elements, pack (2j low nibble) and store. ASM (a
+    GPU, 4 pairs per thread along the last axis): the fast encoding packs 4 pairs per word by FP4_PACK_PTX."""
     v_lo = lo * mult
     v_hi = hi * mult
     if fast:
-        byte = _fp4_code_fast(v_lo) | (_fp4_code_fast(v_hi) << 4)
+        if ASM:
+            byte = tl.inline_asm_elementwise(
+                FP4_PACK_PTX, "=r" + ",r" * 16,
+                [_fp4_lines(v_lo).to(tl.int32, bitcast=True), _fp4_lines(v_hi).to(tl.int32, bitcast=True),
+                 v_lo.to(tl.int32, bitcast=True), v_hi.to(tl.int32, bitcast=True)],
+                dtype=tl.int8, is_pure=True, pack=4).to(tl.uint8, bitcast=True)
+        else:
+            byte = (_fp4_code_fast(v_lo) | (_fp4_code_fast(v_hi) << 4)).to(tl.uint8)
     else:
-        byte = _fp4_code_exact(v_lo) | (_fp4_code_exact(v_hi) << 4)
-    tl.store(ptrs, byte.to(tl.uint8), mask=mask)
+        byte = (_fp4_code_exact(v_lo) | (_fp4_code_exact(v_hi) << 4)).to(tl.uint8)
+    tl.store(ptrs, byte, mask=mask)
 
 
 @triton.jit
 def _quantize_tile(
     a0, b0, a1, b1, rows, blocks, r3, pairs, mask, row_off, has_group,
-    gs_ptr, packed_ptr, scales_ptr, M, K, scales_numel,
-    HAS_GS: tl.constexpr, SCALE_LAYOUT: tl.constexpr, X_FORMAT: tl.constexpr,
+    gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr, M, K, g, pk, scales_numel,
+    HAS_GS: tl.constexpr, SCALE_LAYOUT: tl.constexpr, X_FORMAT: tl.constexpr, LOG2_G: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, H: tl.constexpr, Q: tl.constexpr, WIDE: tl.constexpr, SCALE_STORE: tl.constexpr,
+    ASM: tl.constexpr, LOOKUP: tl.constexpr,
 ):
     """Quantize one loaded tile: block scales, FP4 codes, packed data and scale stores (``row_off``,
-    ``has_group``: the rows' scale positions, from _scale_rows)."""
+    ``has_group``: the rows' scale positions, from _scale_rows; with LOOKUP computed here, after the tile's
+    encoding, and returned for the next tiles of the same rows). Here, the group lookup's loads and compares
+    cannot be scheduled ahead of the program's loads of x, which they would hold back (the compares stall on
+    their loads); after the encoding's branch they are, and the next tile's loads are in flight meanwhile."""
     lo0, hi0 = _to_f32(a0, b0, X_FORMAT)
     amax = _pair_amax(lo0, hi0)
     if H == 2:
@@ -509,11 +600,14 @@ def _quantize_tile(
 
     # Pack pairs: element 2j in the low nibble, 2j+1 in the high nibble; byte j of a row is pair j.
     out = packed_ptr + r3 * (K // 2) + pairs
-    _encode_store(lo0, hi0, mult3, fast, out, mask)
+    _encode_store(lo0, hi0, mult3, fast, out, mask, ASM)
     if H == 2:
-        _encode_store(lo1, hi1, mult3, fast, out + Q, mask)
+        _encode_store(lo1, hi1, mult3, fast, out + Q, mask, ASM)
 
     # Scales, as fp8 bits, in the requested layout.
+    if LOOKUP:
+        row_off, has_group = _scale_rows(rows, M, in_offsets_ptr, out_offsets_ptr, g, pk, scales_numel,
+                                         SCALE_LAYOUT, LOG2_G, WIDE)
     row_ok = rows < M
     bits = s8.to(tl.uint8, bitcast=True)
     smask = row_ok[:, None] & (blocks < K // BLOCK_SIZE)[None, :]
@@ -538,6 +632,7 @@ def _quantize_tile(
             dst = row_off[:, None] + ((first >> 2) << 9)[None, :]
             wmask = has_group[:, None] & (first < K // BLOCK_SIZE)[None, :] & (dst >= 0) & (dst + 4 <= scales_numel)
             tl.store((scales_ptr + dst).to(tl.pointer_type(tl.uint32)), words, mask=wmask)
+    return row_off, has_group
 
 
 @triton.jit
@@ -547,6 +642,7 @@ def _quantize_tiles(
     HAS_GS: tl.constexpr, SCALE_LAYOUT: tl.constexpr, X_FORMAT: tl.constexpr, LOG2_G: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
     WIDE: tl.constexpr, PROLOGUE: tl.constexpr, PARGS, SCALE_STORE: tl.constexpr, ROWS_SHARED: tl.constexpr,
+    ASM: tl.constexpr,
 ):
     """TILES consecutive tiles; the loads of tile i+1 are issued before tile i is quantized, so that they are in
     flight while it computes (one load-compute-store tile per program leaves the memory idle during compute).
@@ -559,28 +655,35 @@ def _quantize_tiles(
     H: tl.constexpr = 2 if P >= 8 else 1
     Q: tl.constexpr = P // H
     IL: tl.constexpr = SCALE_STORE == 2
-    rows, blocks, r3, pairs, mask = _tile_coords(first_tile, k_tiles, M, K, BLOCK_SIZE, BLOCK_M, BLOCK_K, Q, WIDE,
-                                                 IL)
+    pid_m0 = first_tile // k_tiles
+    k_tile0 = first_tile - pid_m0 * k_tiles
+    rows, blocks, r3, pairs, mask = _tile_coords_at(pid_m0, k_tile0, M, K, BLOCK_SIZE, BLOCK_M, BLOCK_K, Q, WIDE,
+                                                    IL)
     a0, b0 = _load_half(x_ptr, r3, pairs, mask, stride_m, stride_k, X_FORMAT, PROLOGUE, PARGS)
     a1, b1 = a0, b0
     if H == 2:
         a1, b1 = _load_half(x_ptr, r3, pairs + Q, mask, stride_m, stride_k, X_FORMAT, PROLOGUE, PARGS)
-    row_off, has_group = _scale_rows(rows, M, in_offsets_ptr, out_offsets_ptr, g, pk, scales_numel, SCALE_LAYOUT,
-                                     LOG2_G, WIDE)
+    row_off = tl.zeros_like(rows)  # (set by the first tile's lookup)
+    has_group = rows < M
     for i in tl.static_range(TILES):
-        if i > 0 and not ROWS_SHARED:
-            row_off, has_group = _scale_rows(rows, M, in_offsets_ptr, out_offsets_ptr, g, pk, scales_numel,
-                                             SCALE_LAYOUT, LOG2_G, WIDE)
         if i + 1 < TILES:
-            n_rows, n_blocks, n_r3, n_pairs, n_mask = _tile_coords(first_tile + i + 1, k_tiles, M, K, BLOCK_SIZE,
-                                                                   BLOCK_M, BLOCK_K, Q, WIDE, IL)
+            if ROWS_SHARED:  # (the same row band: no second division by k_tiles)
+                n_rows, n_blocks, n_r3, n_pairs, n_mask = _tile_coords_at(
+                    pid_m0, k_tile0 + i + 1, M, K, BLOCK_SIZE, BLOCK_M, BLOCK_K, Q, WIDE, IL)
+            else:
+                n_rows, n_blocks, n_r3, n_pairs, n_mask = _tile_coords(
+                    first_tile + i + 1, k_tiles, M, K, BLOCK_SIZE, BLOCK_M, BLOCK_K, Q, WIDE, IL)
             n_a0, n_b0 = _load_half(x_ptr, n_r3, n_pairs, n_mask, stride_m, stride_k, X_FORMAT, PROLOGUE, PARGS)
             n_a1, n_b1 = n_a0, n_b0
             if H == 2:
                 n_a1, n_b1 = _load_half(x_ptr, n_r3, n_pairs + Q, n_mask, stride_m, stride_k, X_FORMAT, PROLOGUE, PARGS)
-        _quantize_tile(a0, b0, a1, b1, rows, blocks, r3, pairs, mask, row_off, has_group,
-                       gs_ptr, packed_ptr, scales_ptr, M, K, scales_numel,
-                       HAS_GS, SCALE_LAYOUT, X_FORMAT, BLOCK_SIZE, H, Q, WIDE, SCALE_STORE)
+        # The rows' scale positions: looked up by the first tile (all tiles without ROWS_SHARED), after its
+        # encoding (see _quantize_tile).
+        row_off, has_group = _quantize_tile(
+            a0, b0, a1, b1, rows, blocks, r3, pairs, mask, row_off, has_group,
+            gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr, M, K, g, pk, scales_numel,
+            HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, H, Q, WIDE, SCALE_STORE, ASM and Q % 4 == 0,
+            i == 0 or not ROWS_SHARED)
         if i + 1 < TILES:
             rows, blocks, r3, pairs, mask = n_rows, n_blocks, n_r3, n_pairs, n_mask
             a0, b0, a1, b1 = n_a0, n_b0, n_a1, n_b1
@@ -609,7 +712,7 @@ def _quantize_program(
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
     WIDE: tl.constexpr, UNIT_LOG2: tl.constexpr, ZERO_R: tl.constexpr, ZERO_C: tl.constexpr,
     PROLOGUE: tl.constexpr, PARGS, CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
-    SCALE_STORE: tl.constexpr, ROWS_SHARED: tl.constexpr,
+    SCALE_STORE: tl.constexpr, ROWS_SHARED: tl.constexpr, ASM: tl.constexpr,
 ):
     # Programs [0, quant_programs) quantize TILES [BLOCK_M, BLOCK_K] tiles of x each; with a padded (swizzled)
     # scale layout, the programs after them write the padding zeros of the scale buffer, so it needs no memset.
@@ -622,12 +725,12 @@ def _quantize_program(
         _quantize_tiles(pid * TILES, x_ptr, gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr,
                         M, K, g, stride_m, stride_k, pk, scales_numel, k_tiles,
                         HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES, WIDE,
-                        PROLOGUE, PARGS, SCALE_STORE, ROWS_SHARED)
+                        PROLOGUE, PARGS, SCALE_STORE, ROWS_SHARED, ASM)
     elif pid < quant_programs:
         _quantize_tiles(pid * TILES, x_ptr, gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr,
                         M, K, g, stride_m, stride_k, pk, scales_numel, k_tiles,
                         HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES, WIDE,
-                        PROLOGUE, PARGS, SCALE_STORE, ROWS_SHARED)
+                        PROLOGUE, PARGS, SCALE_STORE, ROWS_SHARED, ASM)
     else:
         nb_units = (K // BLOCK_SIZE) >> UNIT_LOG2
         _zero_padding_tile(units_ptr, in_offsets_ptr, out_offsets_ptr, pid - quant_programs, z_cols, M, nb_units,
@@ -642,14 +745,14 @@ def _block_quantize_kernel(
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
     WIDE: tl.constexpr, UNIT_LOG2: tl.constexpr, ZERO_R: tl.constexpr, ZERO_C: tl.constexpr,
     CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr, SCALE_STORE: tl.constexpr = 0,
-    ROWS_SHARED: tl.constexpr = False,
+    ROWS_SHARED: tl.constexpr = False, ASM: tl.constexpr = True,
 ):
     # x read from memory (no prologue: PARGS is never read).
     _quantize_program(tl.program_id(0), x_ptr, gs_ptr, packed_ptr, scales_ptr, units_ptr, in_offsets_ptr,
                       out_offsets_ptr, flags_ptr, M, K, g, stride_m, stride_k, pk, scales_numel, n_rows,
                       quant_programs, k_tiles, z_cols, check_m, check_capacity, HAS_GS, SCALE_LAYOUT, X_FORMAT,
                       LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES, WIDE, UNIT_LOG2, ZERO_R, ZERO_C, None, x_ptr,
-                      CHECK, CHECK_EVERY_ROW, CHECK_BLOCK, SCALE_STORE, ROWS_SHARED)
+                      CHECK, CHECK_EVERY_ROW, CHECK_BLOCK, SCALE_STORE, ROWS_SHARED, ASM)
 
 
 @triton.jit(do_not_specialize=["check_m", "check_capacity"])
@@ -660,7 +763,7 @@ def _block_quantize_prologue_kernel(
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
     WIDE: tl.constexpr, UNIT_LOG2: tl.constexpr, ZERO_R: tl.constexpr, ZERO_C: tl.constexpr,
     PROLOGUE: tl.constexpr, CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
-    SCALE_STORE: tl.constexpr = 0, ROWS_SHARED: tl.constexpr = False,
+    SCALE_STORE: tl.constexpr = 0, ROWS_SHARED: tl.constexpr = False, ASM: tl.constexpr = True,
 ):
     # x computed by PROLOGUE from PARGS (a tuple of its pointers and ints) element by element: a separate entry,
     # so the memory-reading kernel above keeps its signature and its direct launches.
@@ -668,7 +771,7 @@ def _block_quantize_prologue_kernel(
                       out_offsets_ptr, flags_ptr, M, K, g, 0, 0, pk, scales_numel, n_rows, quant_programs,
                       k_tiles, z_cols, check_m, check_capacity, HAS_GS, SCALE_LAYOUT, 0, LOG2_G, BLOCK_SIZE, BLOCK_M,
                       BLOCK_K, TILES, WIDE, UNIT_LOG2, ZERO_R, ZERO_C, PROLOGUE, PARGS, CHECK, CHECK_EVERY_ROW,
-                      CHECK_BLOCK, SCALE_STORE, ROWS_SHARED)
+                      CHECK_BLOCK, SCALE_STORE, ROWS_SHARED, ASM)
 
 
 def block_quantize(x: torch.Tensor, global_scale: torch.Tensor | None = None, swizzle: bool = False,
@@ -834,7 +937,8 @@ class _QuantizeLaunch:
             def bind(check):
                 check_ints, check_meta = fused_check_args(check, g)
                 return bound_launch(_block_quantize_prologue_kernel, grid, (*ints, *check_ints),
-                                    {**meta, **check_meta, "SCALE_STORE": store, "ROWS_SHARED": rows_shared}, num_warps, device=x.device,
+                                    {**meta, **check_meta, "SCALE_STORE": store, "ROWS_SHARED": rows_shared,
+                                     "ASM": not interpreting()}, num_warps, device=x.device,
                                     compile_options=COMPILE_OPTIONS, tuple_scalars=True)
         else:
             # The pair formats read x as integers of twice its element size: unit-stride rows and aligned pairs.
@@ -852,7 +956,8 @@ class _QuantizeLaunch:
             def bind(check):
                 check_ints, check_meta = fused_check_args(check, g)
                 return bound_launch(_block_quantize_kernel, grid, (*ints[:3], *strides, *ints[3:], *check_ints),
-                                    {**meta, **check_meta, "SCALE_STORE": store, "ROWS_SHARED": rows_shared}, num_warps, device=x.device)
+                                    {**meta, **check_meta, "SCALE_STORE": store, "ROWS_SHARED": rows_shared,
+                                     "ASM": not interpreting()}, num_warps, device=x.device)
 
         self.bound = bind(None)
         if check is not None and layout == _GROUPED:
