@@ -356,54 +356,34 @@ def test_tile_config_beyond_shared_memory_is_our_error(small):
 
 
 _COMPILE_GEMM = """
-import json, os, re, subprocess, sys, tempfile
+import json, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from pyfuser.kernels import nvfp4_grouped_gemm as gg
 
+cfg = gg.default_config(8 * 16, 2048, 4096, 8)  # decode: the launch that can run the offsets' check
 sig = {n: "*i32" for n in ("a_ptr", "b_ptr", "ps_ptr", "eoff_ptr", "sfoff_ptr", "cnt_ptr", "flags_ptr")}
 sig.update(s1_ptr="*fp8e4nv", s2_ptr="*fp8e4nv", alpha_ptr="*fp32", out_ptr="*bf16", ws_ptr="*fp32")
 for n in ("M", "N", "KW", "G", "s1_capacity", "stride_am", "stride_bg", "stride_bn", "stride_s2g", "stride_ps",
           "stride_om", "g_lo", "g_hi", "check_m", "check_capacity", "check_n", "check_k"):
     sig[n] = "i32"
-cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 out = {}
-# decode: 16 tokens per expert at N=2048 (the launch that can run the offsets' check), 16 and 64 at N=14336
-for tokens, n, check in ((16, 2048, False), (16, 2048, True), (16, 14336, False), (64, 14336, False)):
-    cfg = gg.default_config(8 * tokens, n, 4096, 8)
+for check in (False, True):
     consts = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k,
-                  GROUP_M=cfg.group_m, F16=False, EVEN_K=True, G_BLOCK=8, ASM=True, CHECK=check,
-                  CHECK_EVERY_ROW=False, CHECK_BLOCK=16)
+                  GROUP_M=cfg.group_m, F16=False, EVEN_K=True, G_BLOCK=8, CHECK=check, CHECK_EVERY_ROW=False,
+                  CHECK_BLOCK=16)
     sig.update({k: "constexpr" for k in consts})
-    sig = {x: sig[x] for x in gg._nvfp4_gemm_kernel.arg_names}  # attrs are keyed by argument position
-    names = list(sig)  # 16-divisible pointers, K/8 and strides, as at K=4096 (Triton's specialization)
-    attrs = {(i,): [["tt.divisibility", 16]] for i, x in enumerate(names)
-             if x.endswith("ptr") or x in ("N", "KW", "stride_am", "stride_bg", "stride_bn", "stride_s2g",
-                                           "stride_om")}
-    src = triton.compiler.ASTSource(fn=gg._nvfp4_gemm_kernel, signature=dict(sig), constexprs=consts, attrs=attrs)
+    src = triton.compiler.ASTSource(fn=gg._nvfp4_gemm_kernel, signature=dict(sig), constexprs=consts)
     c = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
-    stack = None
-    if os.path.exists(cuobjdump):
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(c.asm["cubin"])
-            f.flush()
-            usage = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
-        found = re.search(r"STACK:(\\d+)", usage)
-        stack = int(found.group(1)) if found else None
-    out[f"{tokens}/{n}/{check}"] = dict(
-        stores=c.asm["ptx"].count("st.global"), asm=c.asm["ptx"].count("shf.l.wrap.b32"), stack=stack,
-        # the weights go from shared memory straight into the MMA's register operand layout
-        weights_in_registers=bool(re.search(r"ttg.local_load .* -> tensor<%dx%dxi32, #ttg.dot_op<{opIdx = 0"
-                                            % (cfg.block_n, cfg.block_k // 8), c.asm["ttgir"])))
+    out[str(check)] = c.asm["ptx"].count("st.global")
 print(json.dumps(out))
 """
 
 
 def test_decode_kernel_with_the_offsets_check_compiles_for_sm90():
-    """The decode launches compile for the H200 with the inline-PTX dequantization: the weights are dequantized in
-    the MMA's register operand layout, nothing spills to the stack at 1-16 tokens per expert, and the launch that
-    ORs the offsets' check bits into the call's flags (program 0) stores one more thing than the one without."""
+    """The decode launch that ORs the offsets' check bits into the call's flags (program 0) compiles for the H200;
+    it stores one more thing than the launch without the check."""
     import json
     import os
     import subprocess
@@ -412,84 +392,7 @@ def test_decode_kernel_with_the_offsets_check_compiles_for_sm90():
     pytest.importorskip("triton.backends.nvidia")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", _COMPILE_GEMM], capture_output=True, text=True, env=env,
-                          timeout=600)
+                          timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    kernels = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert kernels["16/2048/True"]["stores"] > kernels["16/2048/False"]["stores"]
-    for name, k in kernels.items():
-        assert k["asm"] > 0 and k["weights_in_registers"], (name, k)
-        # 64 tokens with BLOCK_K 256 (the default) spills a little: 72 bytes, 7 local loads per k-tile (docstring
-        # of default_config); more would be a regression
-        assert k["stack"] is None or k["stack"] <= (0 if not name.startswith("64/") else 96), (name, k)
-
-
-def _ptx_fp4_word(ptx: str, a, b):
-    """Evaluate one _fp4_word_ptx block on uint32 numpy arrays of word pairs (a, b): the packed result."""
-    import re
-
-    import numpy as np
-
-    m32 = np.uint64(0xFFFFFFFF)
-    regs = {"$1": a.astype(np.uint64), "$2": b.astype(np.uint64)}
-
-    def val(x):
-        return regs[x] if x in regs else np.uint64(int(x, 0))
-
-    body = ptx.strip()[1:-1].split(";")
-    for ins in body:
-        ins = ins.strip()
-        if not ins or ins.startswith(".reg"):
-            continue
-        op, args = ins.split(None, 1)
-        args = [x.strip() for x in args.split(",")]
-        if op == "prmt.b32":
-            src = val(args[1]) | (val(args[2]) << np.uint64(32))
-            sel = int(args[3], 0)
-            r = np.zeros_like(src)
-            for i in range(4):
-                byte = (sel >> (4 * i)) & 7
-                r |= ((src >> np.uint64(8 * byte)) & np.uint64(0xFF)) << np.uint64(8 * i)
-        elif op == "shf.l.wrap.b32":  # funnel shift of (hi=args[2], lo=args[1]); here both are x: a rotate
-            assert args[1] == args[2]
-            n = np.uint64(int(args[3]) % 32)
-            x = val(args[1])
-            r = ((x << n) | (x >> (np.uint64(32) - n))) & m32
-        elif op == "shf.r.wrap.b32":
-            assert args[1] == args[2]
-            n = np.uint64(int(args[3]) % 32)
-            x = val(args[1])
-            r = ((x >> n) | (x << (np.uint64(32) - n))) & m32
-        elif op == "lop3.b32":
-            assert int(args[4], 0) == 0xE4  # (a & c) | (b & ~c)
-            x, y, c = val(args[1]), val(args[2]), val(args[3])
-            r = (x & c) | (y & ~c & m32)
-        elif op == "shl.b32":
-            r = (val(args[1]) << np.uint64(int(args[2]))) & m32
-        elif op == "and.b32":
-            r = val(args[1]) & val(args[2])
-        else:
-            raise AssertionError(f"unexpected PTX instruction {ins!r}")
-        assert re.fullmatch(r"\$0|[xyz]", args[0]), ins
-        regs[args[0]] = r
-    return regs["$0"]
-
-
-def test_inline_ptx_dequantization_matches_the_interpreter_path():
-    """The PTX the GPU runs (_fp4_word_ptx, evaluated here instruction by instruction) gives the bits of the
-    int32 path that the CPU tests run, for every nibble plane, on random word pairs and on every 16-bit half."""
-    import numpy as np
-
-    gen = np.random.default_rng(0)
-    a = gen.integers(0, 2**32, 1 << 16, dtype=np.uint64)
-    b = gen.integers(0, 2**32, 1 << 16, dtype=np.uint64)
-    every = np.arange(1 << 16, dtype=np.uint64)
-    a = np.concatenate([a, every, every << np.uint64(16), a])
-    b = np.concatenate([b, b, b, every | (every << np.uint64(16))])
-    for q in range(8):
-        got = _ptx_fp4_word(gg._fp4_word_ptx(q).value, a, b)
-
-        def want(w):  # the interpreter path of _fp4_word: sign << 15 | (code & 7) << 9 of nibble q
-            return (((w >> np.uint64(4 * q)) & np.uint64(7)) << np.uint64(9)) | (
-                ((w >> np.uint64(4 * q + 3)) & np.uint64(1)) << np.uint64(15))
-        assert np.array_equal(got & np.uint64(0xFFFF), want(a)), q
-        assert np.array_equal(got >> np.uint64(16), want(b)), q
+    stores = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert stores["True"] > stores["False"]

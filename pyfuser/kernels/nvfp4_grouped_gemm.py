@@ -14,21 +14,12 @@ the output dtype. fp16 rather than bf16 because triton 3.6's CPU interpreter com
 patterns (pyfuser's interpreter patch now widens them, docs/testing.md) while fp16 dots are right there unpatched:
 the kernels that the CPU tests run are the very kernels the GPU runs.
 
-Dequantization turns each fp4 code into the fp16 bit pattern ``sign<<15 | code&7 << 9``, which reads as
+Dequantization works on int32 words (8 fp4 codes) with two shifts and two masks per PAIR of values: nibble p and
+nibble p+4 of a word land in the two 16-bit halves as fp16 bit patterns ``sign<<15 | code&7 << 9``, which read as
 ``fp4 * 2**-14`` (the fp4 exponent field becomes the low bits of the fp16 exponent field, and fp4's subnormal 0.5
-becomes an fp16 subnormal); one fp16 multiply by ``scale * 2**7`` finishes the value. K is consumed in nibble
-order: "plane" q (0..7) holds nibble q of every int32 word (8 codes), and a k-tile is 8 dots, planes 0, 4, 1, 5,
-2, 6, 3, 7 of the weights with the same planes of the tokens (a permutation of the k sum; every product is exact).
-In the decode k loop (``_fp4_word``) the patterns come from inline PTX working on PAIRS of words, the two
-k-adjacent words whose plane-q values the MMA's register operand holds in one 32-bit register: one ``prmt`` puts
-the pair's low (planes 0-3) or high (planes 4-7) halves side by side, one rotate by 3 lines each nibble's sign up
-with the code bits of the nibble two places on, one ``lop3`` selects codes from the halves and signs from the
-rotated copy, and each plane is then one shift (or rotate) and one mask: 15 instructions per 8 weights with the
-multiplies, shared by the 4 planes of a register, against 24 for shifts and masks per nibble in Triton arithmetic
-plus the ``prmt`` that repacked its 16-bit results (sm_90 SASS of the 1-token, N=14336 config: 1118 -> 881
-instructions per k-tile). The dots, their order and every fp16 value are unchanged, so the results are the same
-bits. The CPU interpreter cannot run PTX: there (``ASM`` false) the same bits come from int32 shifts and masks, and
-tests/test_nvfp4_grouped_gemm.py evaluates the PTX instruction by instruction against them.
+becomes an fp16 subnormal). One fp16 multiply by ``scale * 2**7`` finishes the value. K is consumed in that
+nibble order: "plane" q (0..7) holds nibble q of every word, and a k-tile is 8 dots, plane q of the weights with
+plane q of the tokens (a permutation of the k sum, which is free since every product is exact).
 
 No host sync; one launch, or 1 + 2 per chunk of experts with ``predequant``:
 - ``_nvfp4_gemm_kernel`` computes ``out^T = B^T A^T`` tiles: the weights fill the MMA's M side (64+ rows) and
@@ -73,7 +64,6 @@ import triton
 import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
-from ..codegen.interpreter_compat import interpreting
 from ..codegen.launcher import bound_launch, cdiv, next_pow2, triton_usable
 from ..ir.dtypes import to_torch_dtype
 from ..ops import narrow_precision as ops
@@ -114,10 +104,6 @@ def default_config(m: int, n: int, k: int, g: int) -> GemmConfig:
       24 us at 1 and 16 tokens vs 34 us unsplit; 45 us at 64 tokens).
     - 33-64 tokens per expert: the tokens' in-loop dequantization is repeated for every weight tile, so 128-wide
       weight tiles (half the repeats), split-K to one program per SM: N=2048 split 2, 47.6 -> 39.5 us (2026-12-02).
-      With the inline-PTX dequantization this config needs 255 registers and 72 bytes of stack at 64 tokens (7 local
-      loads per k-tile in the sm_90 SASS); BLOCK_K 128 with 6 stages has no stack (238 registers) but 8% more
-      instructions per weight, and sums K in another order (other fp32 roundings): benchmarks/ab_nvfp4_decode.py
-      times both.
     - prefill: both operands dequantized to fp16 first, then 128 weight rows x 256 tokens x 64 k per tile, 8 warps,
       4 stages: 284 us at N=2048 and 1828 us at N=14336 with 1024 tokens per expert, 0.71x / 0.70x bf16
       _grouped_mm (the register-operand form: 352 / 2213 us; 256 x 128 tiles: 299 / 1921 us)."""
@@ -234,8 +220,7 @@ class GroupedGemm:
         bkw = max(cfg.block_k // 8, 1)  # words per k-tile
         self.split = split = min(cfg.split_k, cdiv(kw, bkw))  # every split gets at least one k-tile
         meta = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split,
-                    GROUP_M=cfg.group_m, F16=cfg.predequant, EVEN_K=(kw % bkw == 0), G_BLOCK=g_block,
-                    ASM=dev.type == "cuda" and not interpreting())
+                    GROUP_M=cfg.group_m, F16=cfg.predequant, EVEN_K=(kw % bkw == 0), G_BLOCK=g_block)
         ints = (m, n, kw, g, s1_capacity, stride_am, stride_bg, stride_bn, scale2.stride(0), problem_sizes.stride(0),
                 self.out_stride)
 
@@ -357,57 +342,6 @@ def _fp4_pair(w, scale, P: tl.constexpr):
     lo = bits.to(tl.int16).to(tl.float16, bitcast=True)
     hi = (bits >> 16).to(tl.int16).to(tl.float16, bitcast=True)
     return lo * scale, hi * scale
-
-
-# Inline PTX of _fp4_word for a pair of words a, b (two elements packed by inline_asm_elementwise): x = the two
-# words' low halves (planes 0-3) or high halves (planes 4-7) side by side, so that one 32-bit result holds the pair's
-# two fp16 patterns, as the MMA's register operand takes them. Then y = rotl(x, 3) puts every nibble's sign 3 bits
-# up; z = x where the codes of the wanted nibble sit (0x07070707 for nibbles 0 and 2 of a half, 0x70707070 for 1 and
-# 3), y elsewhere; one shift (plane P of a half: left by 9 - 4P, or for P = 3 a rotate right by 3, which finds the
-# high half's sign at y bit 2 where the rotate left put x bit 31) and the mask 0x8E008E00 give ``sign << 15 |
-# code << 9`` in each half. Every result half reads only bits of its own word's nibble, so the result is elementwise
-# whatever pairs Triton packs.
-def _fp4_word_ptx(q: int) -> tl.constexpr:
-    p = q % 4
-    shift = "shf.r.wrap.b32 z, z, z, 3;" if p == 3 else f"shl.b32 z, z, {9 - 4 * p};"
-    return tl.constexpr("{ .reg .b32 x, y, z; "
-                        f"prmt.b32 x, $1, $2, {'0x5410' if q < 4 else '0x7632'}; "
-                        "shf.l.wrap.b32 y, x, x, 3; "
-                        f"lop3.b32 z, x, y, {'0x70707070' if p % 2 else '0x07070707'}, 0xE4; "
-                        f"{shift} and.b32 $0, z, 0x8E008E00; }}")
-
-
-_FP4_PTX_0, _FP4_PTX_1, _FP4_PTX_2, _FP4_PTX_3, _FP4_PTX_4, _FP4_PTX_5, _FP4_PTX_6, _FP4_PTX_7 = (
-    _fp4_word_ptx(q) for q in range(8))
-
-
-@triton.jit
-def _fp4_word(w, scale, Q: tl.constexpr, ASM: tl.constexpr):
-    """Code at nibble Q (0..7) of int32 words -> fp16 equal to fp4 * scale * 2**-7 (``scale``: e4m3 * 2**7, fp16).
-
-    The fp16 bit pattern ``sign << 15 | (code & 7) << 9`` reads as fp4 * 2**-14 (see _fp4_pair). ASM: those bits by
-    inline PTX on pairs of words (_fp4_word_ptx); else by int32 arithmetic (the CPU interpreter cannot run PTX;
-    tests/test_nvfp4_grouped_gemm.py checks the PTX against it on all nibbles)."""
-    if ASM:
-        if Q == 0:
-            bits = tl.inline_asm_elementwise(_FP4_PTX_0, "=r,r,r", [w], dtype=tl.int16, is_pure=True, pack=2)
-        elif Q == 1:
-            bits = tl.inline_asm_elementwise(_FP4_PTX_1, "=r,r,r", [w], dtype=tl.int16, is_pure=True, pack=2)
-        elif Q == 2:
-            bits = tl.inline_asm_elementwise(_FP4_PTX_2, "=r,r,r", [w], dtype=tl.int16, is_pure=True, pack=2)
-        elif Q == 3:
-            bits = tl.inline_asm_elementwise(_FP4_PTX_3, "=r,r,r", [w], dtype=tl.int16, is_pure=True, pack=2)
-        elif Q == 4:
-            bits = tl.inline_asm_elementwise(_FP4_PTX_4, "=r,r,r", [w], dtype=tl.int16, is_pure=True, pack=2)
-        elif Q == 5:
-            bits = tl.inline_asm_elementwise(_FP4_PTX_5, "=r,r,r", [w], dtype=tl.int16, is_pure=True, pack=2)
-        elif Q == 6:
-            bits = tl.inline_asm_elementwise(_FP4_PTX_6, "=r,r,r", [w], dtype=tl.int16, is_pure=True, pack=2)
-        else:
-            bits = tl.inline_asm_elementwise(_FP4_PTX_7, "=r,r,r", [w], dtype=tl.int16, is_pure=True, pack=2)
-    else:
-        bits = ((((w >> (4 * Q)) & 7) << 9) | (((w >> (4 * Q + 3)) & 1) << 15)).to(tl.int16)
-    return bits.to(tl.float16, bitcast=True) * scale
 
 
 @triton.jit
@@ -534,7 +468,7 @@ def _nvfp4_gemm_kernel(
     check_m, check_capacity, check_n, check_k,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     GROUP_M: tl.constexpr, F16: tl.constexpr, EVEN_K: tl.constexpr, G_BLOCK: tl.constexpr,
-    ASM: tl.constexpr, CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
+    CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
 ):
     # KW = K/8 int32 words per row, passed rather than derived so that Triton's divisibility specialization of
     # integer arguments sees it (vectorized, unmasked-in-K loads when EVEN_K).
@@ -650,11 +584,11 @@ def _nvfp4_gemm_kernel(
             sa_next = _load_scales(s1_ptr, s1_row, s1_mask, kb + BKW // 2, PK)
             sa = sa.to(tl.float16) * 128.0
             sa = tl.interleave(sa, sa)
-            # Plane q = nibble q of every word; the dots run planes 0, 4, 1, 5, 2, 6, 3, 7 (the order the results'
-            # fp32 sums have always had).
             for p in tl.static_range(4):
-                acc = tl.dot(_fp4_word(bw, sb, p, ASM), tl.trans(_fp4_word(aw, sa, p, ASM)), acc)
-                acc = tl.dot(_fp4_word(bw, sb, p + 4, ASM), tl.trans(_fp4_word(aw, sa, p + 4, ASM)), acc)
+                a_lo, a_hi = _fp4_pair(aw, sa, p)
+                b_lo, b_hi = _fp4_pair(bw, sb, p)
+                acc = tl.dot(b_lo, tl.trans(a_lo), acc)
+                acc = tl.dot(b_hi, tl.trans(a_hi), acc)
 
     if SPLIT_K > 1:
         # Publish this split's partial, count arrivals; the last to arrive reduces all of them in split order.
