@@ -17,13 +17,11 @@ and the swizzled and grouped rows again with the kernel's other scale stores (``
 words from rows interleaved within 128-row blocks; bit-identical by construction, checked here).
 ``--knobs`` adds grouped rows for other tilings (block_k, tiles per program, warps; bit-identical by contract)
 and one without the padding programs (timing only: its padding is left unwritten).
-``--variant FILE.py`` adds the same three rows for a module file that defines ``BlockQuantize`` with the same
-contract (a kernel variant under study: a copy of ``pyfuser/kernels/nvfp4_layout.py`` with absolute imports and
-without its ``attach`` calls, which would register the ops a second time); its outputs must equal the shipped
-kernel's bit for bit, or its rows are not timed. ``--timing-only FILE.py`` times such a file without that check
-(a variant that leaves work out, to bound what that work costs); its rows are marked.
-``benchmarks/variants/nvfp4_layout_before.py`` is the kernel before the packed fast encoding and the comparison
-group lookup (seventh session): ``--variant benchmarks/variants/nvfp4_layout_before.py`` times the two side by side.
+``--variant FILE.py`` adds the same three rows for another version of ``pyfuser/kernels/nvfp4_layout.py`` (its
+source as in the repository, e.g. ``git show REV:pyfuser/kernels/nvfp4_layout.py > FILE.py``, loaded by
+``benchmarks/kernel_variant.py``); its outputs must equal the shipped kernel's bit for bit, or its rows are not
+timed. ``--timing-only FILE.py`` times such a file without that check (a variant that leaves work out, to bound
+what that work costs); its rows are marked.
 
 Each quantization is prepared once (``BlockQuantize``: checks, config and bound launch, as a cached fusion holds
 it) and replayed from a CUDA graph of ``--calls`` calls, so the times are GPU time alone: the H200 host's time
@@ -37,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import json
 import os
 import statistics
@@ -47,15 +44,13 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernel_variant  # noqa: E402
 from bench_nvfp4 import offsets_for, uneven_counts  # noqa: E402
 from pyfuser.kernels import nvfp4_layout as shipped  # noqa: E402
 
 
 def _load(path: str):
-    spec = importlib.util.spec_from_file_location(f"variant_{abs(hash(path))}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return kernel_variant.load(path)
 
 
 def _timer(device: torch.device, calls: int):

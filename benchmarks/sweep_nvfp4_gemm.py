@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import json
 import multiprocessing as mp
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -38,8 +38,10 @@ import torch
 import triton
 import triton.testing
 
-from pyfuser.nvfp4 import reference
-from pyfuser.kernels.nvfp4_grouped_gemm import GemmConfig, default_config, nvfp4_grouped_mm
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernel_variant  # noqa: E402
+from pyfuser.nvfp4 import reference  # noqa: E402
+from pyfuser.kernels.nvfp4_grouped_gemm import GemmConfig, default_config, nvfp4_grouped_mm  # noqa: E402
 
 G, K = 8, 4096
 NS = (2048, 14336)
@@ -244,11 +246,7 @@ def _without_fast_launch(f):
 
 
 def _baseline_fn(path):
-    spec = importlib.util.spec_from_file_location("baseline_gemm", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["baseline_gemm"] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod.nvfp4_grouped_mm
+    return kernel_variant.load(path).nvfp4_grouped_mm
 
 
 def main():
@@ -257,8 +255,9 @@ def main():
     ap.add_argument("--rep-ms", type=int, default=60, help="do_bench measuring time per config (ms)")
     ap.add_argument("--jobs", type=int, default=1, help="processes for the check (compile) phase")
     ap.add_argument("--check-only", action="store_true", help="stop after the check phase (warms Triton's cache)")
-    ap.add_argument("--baseline", help="path of another grouped_gemm module whose nvfp4_grouped_mm (its own "
-                                       "default config) is timed too, e.g. a previous version")
+    ap.add_argument("--baseline", help="source file of another version of pyfuser/kernels/nvfp4_grouped_gemm.py "
+                                       "(git show REV:path > FILE) whose nvfp4_grouped_mm (its own default config) is "
+                                       "timed too")
     ap.add_argument("--profile", action="store_true", help="per-kernel GPU times (torch.profiler) and host time "
                                                              "of the default and best configs")
     ap.add_argument("--shapes", default="all", help="comma list of decode1,decode16,decode64,prefill or 'all'")
