@@ -517,6 +517,27 @@ def test_grouped_block_quantize_non_contiguous_and_small_tiles(k, tiles):
     assert_layout_equal(scales, ref_scales, len(tokens))
 
 
+@pytest.mark.parametrize("g", [2, 3, 4, 5, 8, 9, 16, 17])
+@pytest.mark.parametrize("offsets_dtype", [torch.int32, torch.int64], ids=["i32", "i64"])
+def test_grouped_block_quantize_group_counts_and_boundaries(g, offsets_dtype):
+    """Every number of groups around the lookup's powers of two (G = 2**ceil(log2(g)) offsets scanned, those past
+    G/2 masked by g; a binary search past 16), with empty groups (first, middle, last, and runs of them) and group
+    boundaries inside the 4 rows of a program (the default tiling) and inside its 128-row blocks."""
+    gen = torch.Generator().manual_seed(g)
+    tokens = torch.randint(0, 11, (g,), generator=gen).tolist()
+    tokens[0] = 0  # an empty first group
+    tokens[1] = 6  # a boundary at row 6 (inside a program's 4 rows); the random sizes put the others anywhere
+    if g > 2:
+        tokens[-1] = tokens[(g + 1) // 2] = 0  # an empty last and (from 4 groups) middle group
+    x = special_values(sum(tokens), 64, torch.bfloat16)
+    in_off, out_off = (t.to(offsets_dtype) for t in offsets(tokens))
+    for kw in ({}, dict(block_m=16, block_k=32, tiles=2)):
+        packed, scales = lk.grouped_block_quantize(x, in_off, out_off, **kw)
+        ref_packed, ref_scales = grouped_reference(x, in_off, out_off)
+        assert torch.equal(packed.view(torch.uint8), ref_packed.view(torch.uint8)), (tokens, kw)
+        assert_layout_equal(scales, ref_scales, g)
+
+
 @pytest.mark.parametrize("k", [48, 64], ids=["nb3", "nb4"])
 def test_grouped_block_quantize_unaligned_offsets_and_gaps(k):
     # Slabs at unaligned rows with gaps: the kernel's padding programs zero everything the quantize programs do

@@ -33,9 +33,9 @@ constant: the layout op looks up each buffer row's group in ``output_offsets`` (
 order, so the group is the last one starting at or before the row); the quantize kernel looks up each input row's
 group in ``input_offsets`` (the largest e with ``input_offsets[e] <= row``, the upstream scan's answer, empty groups
 included). A loop over g would cost g loads per row; MoE layers have up to a few hundred experts. Up to 16 groups
-the quantize compares each row with every offset instead (``_group_starts_scan``: 2g independent loads, where the
-search's loads each wait for the one before), after its first tile's encoding, so that nothing of the lookup is
-scheduled ahead of the program's loads of x.
+the quantize compares each row with every offset instead (``_group_starts_scan``: g - 1 independent loads, then
+two at the group found, where the search's loads each wait for the one before), after its first tile's encoding,
+so that nothing of the lookup is scheduled ahead of the program's loads of x.
 
 Bounds: the offsets are trusted (upstream never checks them; the ops layer can), but every load and store stays
 inside its tensor whatever the offsets hold, so bad offsets give wrong values, never memory corruption. Input rows
@@ -49,7 +49,7 @@ repeated by the two threads sharing a block), about its whole 125 us at [16384, 
 copy bandwidth). On the GPU the fast encoding's codes and sign bits are packed 4 pairs to a 32-bit word by
 ``FP4_PACK_PTX`` (inline PTX: multiply-adds for the codes, byte permutes for the signs; 2 instructions per element
 against 4.4), and a program's tiles along K share one division by k_tiles: compiled for sm_90, about 16
-instructions per element of x for the plain and swizzled layouts and 17.5 for the grouped one (18.7, 18.7 and
+instructions per element of x for the plain and swizzled layouts and 17.0 for the grouped one (18.7, 18.7 and
 19.5 before). Two encodings, bit-identical on the values they are used for:
 - exact (``_fp4_code_exact``): the 7 rounding thresholds, correct for every fp32 value (NaN, inf, > 6);
 - fast (``_fp4_code_fast``): round-to-nearest-even on a piecewise-linear map of |v| using the fp32 adder
@@ -84,6 +84,7 @@ FLOAT4_E2M1_MAX = tl.constexpr(6.0)
 FLOAT8_E4M3_MAX = tl.constexpr(448.0)
 FLOAT8_E4M3_MIN_NORMAL = tl.constexpr(2.0**-6)
 FLOAT32_MAX = tl.constexpr(3.4028234663852886e38)
+INT32_MAX = tl.constexpr(2**31 - 1)
 # 1.5 * 2**23: for 0 <= y < 2**22, the fp32 sum y + MAGIC is y rounded to an integer (nearest, ties to even),
 # and that integer is the sum's bit pattern minus MAGIC's.
 RNE_MAGIC = tl.constexpr(12582912.0)
@@ -130,19 +131,21 @@ def _group_of(vals, offsets_ptr, g, LOG2_G: tl.constexpr):
 @triton.jit
 def _group_starts_scan(rows, in_offsets_ptr, out_offsets_ptr, g, G: tl.constexpr):
     """(input_offsets[e], output_offsets[e]) of each row's group e, the last e in [0, g) whose input offset is <=
-    the row (0 when none): the same as ``_group_of`` and two loads of e for non-decreasing offsets. The 2*G offsets
-    are loaded by independent (uniform) loads that can all be in flight with the program's loads of x, and each
-    is compared with every row: the binary search's ceil(log2(g)) dependent loads, then two more that depend on
-    their result, kept each program's loads of x waiting (~5 us of the grouped quantize's 57.7 at bf16
-    [16384, 4096], g=8, on the H200). For small g only (SCAN_LOG2_G_MAX): the work grows with g."""
-    in_start = tl.load(in_offsets_ptr) + tl.zeros_like(rows)
-    out_start = tl.load(out_offsets_ptr) + tl.zeros_like(rows)
+    the row (0 when none): the same as ``_group_of`` and two loads of e for non-decreasing offsets. The G - 1
+    input offsets past the first are loaded by independent (uniform) loads, offsets past g as INT32_MAX (above
+    every row, so never taken: no second mask), and each is compared with every row, keeping the index; then the
+    two starts are loaded at it (in bounds: e < g). The binary search's ceil(log2(g)) dependent loads, then two
+    more, kept each program's loads of x waiting (~5 us of the grouped quantize's 57.7 at bf16 [16384, 4096],
+    g=8, on the H200); selecting both starts at every step instead of the index cost 2 loads, 2 compares and 2
+    selects per offset where this takes 1 of each. For small g only (SCAN_LOG2_G_MAX): the work grows with g."""
+    e = tl.zeros_like(rows).to(tl.int32)
     for j in tl.static_range(1, G):
-        start = tl.load(in_offsets_ptr + j, mask=j < g, other=0)
-        take = (start <= rows) & (j < g)
-        in_start = tl.where(take, start, in_start)
-        out_start = tl.where(take, tl.load(out_offsets_ptr + j, mask=j < g, other=0), out_start)
-    return in_start, out_start
+        if 2 * j <= G:  # (G = 2**ceil(log2(g)): g > G/2, so these are in bounds)
+            start = tl.load(in_offsets_ptr + j)
+        else:
+            start = tl.load(in_offsets_ptr + j, mask=j < g, other=INT32_MAX)
+        e = tl.where(start <= rows, j, e)
+    return tl.load(in_offsets_ptr + e), tl.load(out_offsets_ptr + e)
 
 
 @triton.jit
@@ -178,11 +181,11 @@ def _swizzled_col_offset(cols, WIDE: tl.constexpr):
 
 
 @triton.jit
-def _grouped_row_offsets(rows, row_ok, in_offsets_ptr, out_offsets_ptr, g, pk, scales_numel, LOG2_G: tl.constexpr,
+def _grouped_row_offsets(rows, row_ok, in_offsets_ptr, out_offsets_ptr, g, pk, buffer_rows, LOG2_G: tl.constexpr,
                          WIDE: tl.constexpr):
     """(row part of each input row's position in the grouped scale buffer, mask of rows that have a group). A
-    group whose output offset lies outside the buffer has none (its offsets fail the device check), so that the
-    position's arithmetic cannot wrap around in int32."""
+    group whose output offset lies outside the buffer's rows has none (its offsets fail the device check),
+    so that the position's arithmetic cannot wrap around in int32."""
     if LOG2_G <= SCAN_LOG2_G_MAX:
         in_start, out_start = _group_starts_scan(rows, in_offsets_ptr, out_offsets_ptr, g, 1 << LOG2_G)
     else:
@@ -190,12 +193,12 @@ def _grouped_row_offsets(rows, row_ok, in_offsets_ptr, out_offsets_ptr, g, pk, s
         in_start = tl.load(in_offsets_ptr + e, mask=row_ok, other=0)
         out_start = tl.load(out_offsets_ptr + e, mask=row_ok, other=0)
     local = rows - in_start
-    in_buffer = (out_start >= 0) & (out_start.to(tl.int64) * pk < scales_numel)
+    in_buffer = (out_start >= 0) & (out_start < buffer_rows)
     return _swizzled_row_offset(local, out_start, pk, WIDE), row_ok & (local >= 0) & in_buffer
 
 
 @triton.jit
-def _scale_rows(rows, M, in_offsets_ptr, out_offsets_ptr, g, pk, scales_numel, SCALE_LAYOUT: tl.constexpr,
+def _scale_rows(rows, M, in_offsets_ptr, out_offsets_ptr, g, pk, buffer_rows, SCALE_LAYOUT: tl.constexpr,
                 LOG2_G: tl.constexpr, WIDE: tl.constexpr):
     """(row part of each row's scale position, rows that have one) in a swizzled scale layout (1: one group, 2:
     grouped); the row-major layout (0) computes its positions in the store."""
@@ -203,7 +206,7 @@ def _scale_rows(rows, M, in_offsets_ptr, out_offsets_ptr, g, pk, scales_numel, S
     if SCALE_LAYOUT == 1:
         return _swizzled_row_offset(rows, tl.zeros_like(rows), pk, WIDE), row_ok
     elif SCALE_LAYOUT == 2:
-        return _grouped_row_offsets(rows, row_ok, in_offsets_ptr, out_offsets_ptr, g, pk, scales_numel, LOG2_G,
+        return _grouped_row_offsets(rows, row_ok, in_offsets_ptr, out_offsets_ptr, g, pk, buffer_rows, LOG2_G,
                                     WIDE)
     else:
         return tl.zeros_like(rows), row_ok
@@ -561,7 +564,7 @@ def _encode_store(lo, hi, mult, fast, ptrs, mask, ASM: tl.constexpr):
 @triton.jit
 def _quantize_tile(
     a0, b0, a1, b1, rows, blocks, r3, pairs, mask, row_off, has_group,
-    gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr, M, K, g, pk, scales_numel,
+    gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr, M, K, g, pk, scales_numel, buffer_rows,
     HAS_GS: tl.constexpr, SCALE_LAYOUT: tl.constexpr, X_FORMAT: tl.constexpr, LOG2_G: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, H: tl.constexpr, Q: tl.constexpr, WIDE: tl.constexpr, SCALE_STORE: tl.constexpr,
     ASM: tl.constexpr, LOOKUP: tl.constexpr,
@@ -606,7 +609,7 @@ def _quantize_tile(
 
     # Scales, as fp8 bits, in the requested layout.
     if LOOKUP:
-        row_off, has_group = _scale_rows(rows, M, in_offsets_ptr, out_offsets_ptr, g, pk, scales_numel,
+        row_off, has_group = _scale_rows(rows, M, in_offsets_ptr, out_offsets_ptr, g, pk, buffer_rows,
                                          SCALE_LAYOUT, LOG2_G, WIDE)
     row_ok = rows < M
     bits = s8.to(tl.uint8, bitcast=True)
@@ -638,7 +641,7 @@ def _quantize_tile(
 @triton.jit
 def _quantize_tiles(
     first_tile, x_ptr, gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr,
-    M, K, g, stride_m, stride_k, pk, scales_numel, k_tiles,
+    M, K, g, stride_m, stride_k, pk, scales_numel, buffer_rows, k_tiles,
     HAS_GS: tl.constexpr, SCALE_LAYOUT: tl.constexpr, X_FORMAT: tl.constexpr, LOG2_G: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILES: tl.constexpr,
     WIDE: tl.constexpr, PROLOGUE: tl.constexpr, PARGS, SCALE_STORE: tl.constexpr, ROWS_SHARED: tl.constexpr,
@@ -681,7 +684,7 @@ def _quantize_tiles(
         # encoding (see _quantize_tile).
         row_off, has_group = _quantize_tile(
             a0, b0, a1, b1, rows, blocks, r3, pairs, mask, row_off, has_group,
-            gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr, M, K, g, pk, scales_numel,
+            gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr, M, K, g, pk, scales_numel, buffer_rows,
             HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, H, Q, WIDE, SCALE_STORE, ASM and Q % 4 == 0,
             i == 0 or not ROWS_SHARED)
         if i + 1 < TILES:
@@ -723,12 +726,12 @@ def _quantize_program(
                            CHECK_BLOCK)
     if SCALE_LAYOUT == 0:
         _quantize_tiles(pid * TILES, x_ptr, gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr,
-                        M, K, g, stride_m, stride_k, pk, scales_numel, k_tiles,
+                        M, K, g, stride_m, stride_k, pk, scales_numel, n_rows, k_tiles,
                         HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES, WIDE,
                         PROLOGUE, PARGS, SCALE_STORE, ROWS_SHARED, ASM)
     elif pid < quant_programs:
         _quantize_tiles(pid * TILES, x_ptr, gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr,
-                        M, K, g, stride_m, stride_k, pk, scales_numel, k_tiles,
+                        M, K, g, stride_m, stride_k, pk, scales_numel, n_rows, k_tiles,
                         HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES, WIDE,
                         PROLOGUE, PARGS, SCALE_STORE, ROWS_SHARED, ASM)
     else:
