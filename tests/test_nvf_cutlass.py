@@ -213,10 +213,11 @@ def test_nvfp4_grouped_prepared_once_per_signature_and_offsets_checked_every_cal
     assert len(built) == 1
     nvf_cutlass.nvfp4_scaled_grouped_mm(*args.values(), torch.float16)  # another out_dtype: prepared anew
     assert len(built) == 2
-    # Same metadata, bad values: still refused (on CPU the values are read on every call).
+    # Same metadata, bad values: still refused (checked on every call: on CPU at once, on CUDA on the device).
     bad = {**args, "expert_offsets": torch.tensor([0, 40, 10], dtype=torch.int32, device=DEVICE)}
-    with _raises(InputValidationError, "nvfp4_scaled_grouped_mm", "expert_offsets must be non-decreasing"):
-        nvf_cutlass.nvfp4_scaled_grouped_mm(*bad.values(), torch.bfloat16)
+    _bad_values_refused("nvfp4_scaled_grouped_mm", "expert_offsets must be non-decreasing",
+                        lambda: nvf_cutlass.nvfp4_scaled_grouped_mm(*bad.values(), torch.bfloat16),
+                        lambda: nvf_cutlass.nvfp4_scaled_grouped_mm(*args.values(), torch.bfloat16))
     # The same view of a_blockscale over another storage size: the kernel bounds its scale reads by the storage, so
     # the launch is prepared (and the capacity checked) anew: a larger storage computes the same, a storage of just
     # the view's elements is refused (the groups' padded scale rows do not fit).
@@ -331,6 +332,43 @@ def _raises(cls, fn_name, *fragments):
     return pytest.raises(cls, match="^nvf_cutlass\\." + fn_name + ": .*" + ".*".join(fragments))
 
 
+def _bad_values_refused(fn_name, fragment, bad_call, good_call, deferred=DEVICE.type == "cuda"):
+    """Offsets or problem sizes with bad VALUES: on CPU ``bad_call`` raises at once; on CUDA (``deferred``) it is
+    checked on the device (no host read), and the next call after the GPU has finished it raises, naming the
+    check, once. The good call after that runs."""
+    if not deferred:
+        with _raises(InputValidationError, fn_name, fragment):
+            bad_call()
+        return
+    bad_call()  # queued, not refused: its output is invalid, and it is reported later
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+    with pytest.raises(pyfuser.FusionExecutionError,
+                       match="^nvf_cutlass\\." + fn_name + ": .*" + fragment + ".*found on the device by an earlier "
+                             "nvf_cutlass call"):
+        good_call()
+    good_call()  # reported once: the flags are clear again
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def test_bad_values_found_on_the_device_are_reported_by_the_next_call(monkeypatch):
+    """The CUDA form of the value checks (device check into pinned flags, reported by the next call), run on CPU
+    tensors: the checks' kernels write plain host memory there."""
+    from pyfuser.frontend import nvf_cutlass as module
+    monkeypatch.setattr(module, "_DEFERRED_DEVICES", frozenset({"cpu", "cuda"}))
+    args, _ = _grouped_case([40, 0, 24], n=128, k=64, seed=5)
+    bad = {**args, "expert_offsets": torch.tensor([0, 40, 10], dtype=torch.int32, device=DEVICE)}
+    call = lambda kw: nvf_cutlass.nvfp4_scaled_grouped_mm(*kw.values(), torch.bfloat16)
+    _bad_values_refused("nvfp4_scaled_grouped_mm", "expert_offsets must be non-decreasing", lambda: call(bad),
+                        lambda: call(args), deferred=True)
+    ga, _ = _grouped_mm_case(torch.bfloat16)
+    if nvf_cutlass._grouped_mm_fits(ga[0], ga[1]):
+        _bad_values_refused("grouped_mm", "problem_sizes must be \\(m_i, N",
+                            lambda: nvf_cutlass.grouped_mm(*ga[:4], ga[4].flip(0), ga[5]),
+                            lambda: nvf_cutlass.grouped_mm(*ga), deferred=True)
+
+
 def test_nvfp4_scaled_grouped_mm_bad_arguments():
     args, _ = _grouped_case([64, 0, 64], n=128, k=64)
     call = lambda out_dtype=torch.bfloat16, **kw: nvf_cutlass.nvfp4_scaled_grouped_mm(
@@ -350,11 +388,13 @@ def test_nvfp4_scaled_grouped_mm_bad_arguments():
         call(alphas=args["alphas"].double())
     with _raises(InputValidationError, fn, "ab_strides must be int64 \\[g=3\\]", "\\(2,\\)"):
         call(ab_strides=args["ab_strides"][:2])
-    with _raises(InputValidationError, fn, "expert_offsets must be non-decreasing"):
-        call(expert_offsets=torch.tensor([0, 64, 10], dtype=torch.int32, device=DEVICE))
-    with _raises(InputValidationError, fn, "problem_sizes must be \\(m_i, N, K\\)"):
-        call(problem_sizes=torch.tensor([[64, 128, 64], [0, 128, 64], [60, 128, 64]], dtype=torch.int32,
-                                        device=DEVICE))
+    _bad_values_refused(fn, "expert_offsets must be non-decreasing",
+                        lambda: call(expert_offsets=torch.tensor([0, 64, 10], dtype=torch.int32, device=DEVICE)),
+                        call)
+    _bad_values_refused(fn, "problem_sizes must be \\(m_i, N",
+                        lambda: call(problem_sizes=torch.tensor([[64, 128, 64], [0, 128, 64], [60, 128, 64]],
+                                                                dtype=torch.int32, device=DEVICE)),
+                        call)
     with _raises(UnsupportedOpError, fn, "K=96 is not a multiple of 64"):
         call(a=torch.zeros((128, 48), dtype=torch.uint8, device=DEVICE),
              b=torch.zeros((3, 128, 48), dtype=torch.uint8, device=DEVICE))
@@ -390,8 +430,11 @@ def test_mxfp8_and_grouped_mm_bad_arguments():
         nvf_cutlass.grouped_mm(args[0], args[1].half(), *args[2:])
     with _raises(InputTypeError, "grouped_mm", "c_strides must be int64", "int32"):
         nvf_cutlass.grouped_mm(*args[:3], args[3].int(), *args[4:])
-    with _raises(InputValidationError, "grouped_mm", "problem_sizes must be \\(m_i, N, K\\)"):
-        nvf_cutlass.grouped_mm(*args[:4], args[4].flip(0), args[5])
+    # (where torch._grouped_mm cannot run them, the per-group loop reads the values on the host anyway: at once)
+    _bad_values_refused("grouped_mm", "problem_sizes must be \\(m_i, N",
+                        lambda: nvf_cutlass.grouped_mm(*args[:4], args[4].flip(0), args[5]),
+                        lambda: nvf_cutlass.grouped_mm(*args),
+                        deferred=DEVICE.type == "cuda" and nvf_cutlass._grouped_mm_fits(args[0], args[1]))
 
 
 # ----------------------------------------------------------------------------------------------------------------

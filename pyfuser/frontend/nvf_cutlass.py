@@ -15,9 +15,12 @@ nvFuser binds Blackwell-only CUTLASS kernels under these names; code written for
 Every argument is checked; a violation raises :class:`InputValidationError` (a ValueError and RuntimeError) whose
 message starts with ``nvf_cutlass.<function>:`` and names the argument with nvFuser's parameter name. A
 combination pyfuser cannot run (K a multiple of 32 but not of 64 for NVFP4, a device Triton cannot use) raises
-:class:`UnsupportedOpError`. The values of the grouped functions' offsets and problem sizes are checked where
-that costs no synchronization (CPU tensors); on CUDA they are trusted, as CUTLASS trusts them: reading them would
-stall every call on the device, and wrong values give wrong placements, never writes outside the outputs.
+:class:`UnsupportedOpError`. The values of the grouped functions' offsets and problem sizes (CUTLASS trusts them)
+are checked on every call: on CPU tensors at once (InputValidationError); on CUDA on the device, as the fd ops
+check them, since a host read would stall every call: the check ORs its findings into pinned host flags (inside
+the decode GEMM's own launch, else as a launch of its own), and the next call of any of these functions after
+the GPU has finished the bad one raises :class:`FusionExecutionError` naming the check (that call's output is
+invalid). Bad values give wrong placements, never reads or writes outside the operands.
 
 The NVFP4 functions keep their prepared launches per operand signature (sizes, strides, dtypes, devices, the
 alignment the kernels need and scale1's storage size), as a cached fusion does: a repeated call skips the checks
@@ -29,9 +32,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import re
 import threading
 from collections import OrderedDict
+from typing import Optional
 
 import torch
 
@@ -43,8 +48,10 @@ from ..nvfp4.gemm_contract import check_operands, out_torch_dtype
 from ..nvfp4.reference import swizzled_to_linear_128_4
 from ..ops.common import round_up
 from ..ops.mxfp8 import BLOCK_SIZE as _MXFP8_BLOCK
+from ..ops import run_context
 from ..ops.narrow_precision import gemm_contract
-from ..ops.offset_checks import GroupCheck, check_group_offsets, host_ints
+from ..ops.offset_checks import GroupCheck, PreparedGroupCheck, check_group_offsets, host_ints
+from ..runtime.device_errors import SLOTS, DeviceErrorSink
 from ..runtime.input_guard import InputGuard
 from ..runtime.signature import flat_signature
 
@@ -76,10 +83,14 @@ def _reported_as(fn: str, names: dict):
     try:
         yield
     except (ValueError, FusionExecutionError) as e:
-        msg = _PREFIX.sub("", str(e))
-        if names:
-            msg = re.sub(r"\b(" + "|".join(names) + r")\b", lambda m: names[m.group(1)], msg)
-        raise InputValidationError(f"nvf_cutlass.{fn}: {msg}") from None
+        raise InputValidationError(f"nvf_cutlass.{fn}: {_renamed(_PREFIX.sub('', str(e)), names)}") from None
+
+
+def _renamed(msg: str, names: dict) -> str:
+    """``msg`` with the reused checks' operand names replaced by nvFuser's."""
+    if not names:
+        return msg
+    return re.sub(r"\b(" + "|".join(names) + r")\b", lambda m: names[m.group(1)], msg)
 
 
 def _tensor(fn: str, x, name: str, dtypes, what: str, rank: int) -> torch.Tensor:
@@ -147,11 +158,56 @@ def _strides_vectors(fn: str, g: int, **vectors) -> None:
             _fail(fn, f"{name} must be int64 [g={g}], got shape {tuple(t.shape)}")
 
 
-def _check_offset_values(check: GroupCheck, starts, outs, sizes) -> None:
-    """The offsets' and problem sizes' values, checked where reading them costs no synchronization (CPU); on CUDA
-    a direct call has no runtime to collect a device-side check's flags, and a host read would stall every call."""
-    if starts.device.type == "cpu":
-        check_group_offsets(check, starts, outs, sizes)
+# Where the device-side value checks of CUDA calls report (runtime/device_errors.py): every check site (a prepared
+# launch, a grouped_mm signature) has a slot of its own, so a flag is explained by the check that set it.
+_ERRORS = DeviceErrorSink(origin="an earlier nvf_cutlass call; that call's output is invalid",
+                          remedy="torch.cuda.synchronize() before the next call reports it at once")
+_SLOT_NUMBERS = itertools.count()
+_DEFERRED_DEVICES = frozenset({"cuda"})  # where value checks run on the device (elsewhere they read the values)
+
+
+class _ValueCheck:
+    """The value check of one check site's offsets (fixed metadata): on CPU the values are read at once (a bad
+    one raises); on CUDA the check runs on the device into the site's slot of ``_ERRORS``."""
+
+    __slots__ = ("prepared", "slot")
+
+    def __init__(self, check: GroupCheck):
+        self.prepared = PreparedGroupCheck(check)
+        self.slot = next(_SLOT_NUMBERS) % SLOTS
+
+    def _enter(self, dev: torch.device):
+        errors = _ERRORS if dev.type in _DEFERRED_DEVICES else None  # (None: the values are read on the host)
+        return run_context.enter(run_context.RunContext(dev, run_context.OFFSET_CHECKS_DEVICE, errors, self.slot))
+
+    def __call__(self, starts, outs, sizes) -> None:
+        """Check now (CPU) or launch the device check (CUDA)."""
+        token = self._enter(starts.device)
+        try:
+            self.prepared(starts, outs, sizes)
+        finally:
+            run_context.leave(token)
+
+    def flag(self, starts, outs, sizes) -> Optional[torch.Tensor]:
+        """For a launch that runs the check itself (the decode GEMM): the int32 flag it ORs its bits into on CUDA;
+        None on CPU, where the values were checked here."""
+        token = self._enter(starts.device)
+        try:
+            return self.prepared.device_flag(starts, outs, sizes)
+        finally:
+            run_context.leave(token)
+
+
+def _report_device_errors(fn: str, names: dict) -> None:
+    """Raise what the device checks of earlier calls flagged, once the GPU has finished them (a host memory read;
+    never waits; not under a caller's CUDA-graph capture, where clearing the flags must not touch the stream)."""
+    if not _ERRORS.flagged() or (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+        return
+    try:
+        _ERRORS.poll()
+    except FusionExecutionError as e:
+        # (the messages name the function whose call flagged them, which need not be this one, ``fn``)
+        raise FusionExecutionError(_renamed(str(e).replace("fd.ops.nvf_cutlass.", "nvf_cutlass."), names)) from None
 
 
 def _groups(fn: str, problem_sizes) -> int:
@@ -243,12 +299,16 @@ def nvfp4_scaled_grouped_mm(a, b, a_blockscale, b_blockscale, alphas, ab_strides
                                            alphas, problem_sizes, expert_offsets, sf_offsets)
         _triton_device(fn, a.device)
         return GroupedGemm(a, b.transpose(-1, -2), a_blockscale, b_blockscale, alphas, problem_sizes,
-                           expert_offsets, sf_offsets, dtype, shapes=tuple(shapes)), check
+                           expert_offsets, sf_offsets, dtype, shapes=tuple(shapes), check=check), _ValueCheck(check)
 
-    gemm, check = _prepared(fn, out_dtype, operands, prepare, storage=(a_blockscale,))
-    with _reported_as(fn, _GROUPED_NAMES):
-        _check_offset_values(check, expert_offsets, sf_offsets, problem_sizes)  # values: every call
-    return gemm(a, b.transpose(-1, -2), a_blockscale, b_blockscale, alphas, problem_sizes, expert_offsets, sf_offsets)
+    _report_device_errors(fn, _GROUPED_NAMES)
+    gemm, values = _prepared(fn, out_dtype, operands, prepare, storage=(a_blockscale,))
+    operands = (a, b.transpose(-1, -2), a_blockscale, b_blockscale, alphas, problem_sizes, expert_offsets, sf_offsets)
+    with _reported_as(fn, _GROUPED_NAMES):  # the values, on every call
+        if gemm.fuses_check:  # (decode: the GEMM's own launch runs the device check)
+            return gemm(*operands, check_flags=values.flag(expert_offsets, sf_offsets, problem_sizes))
+        values(expert_offsets, sf_offsets, problem_sizes)
+    return gemm(*operands)
 
 
 @functools.lru_cache(maxsize=64)
@@ -412,6 +472,14 @@ def _grouped_mm_loop(a, b, problem_sizes, expert_offsets) -> torch.Tensor:
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def _grouped_mm_check(m: int, n: int, k: int, offsets_signature) -> _ValueCheck:
+    """grouped_mm's value check for offsets and problem sizes of one signature (its device launch is prepared
+    for their metadata)."""
+    return _ValueCheck(GroupCheck("nvf_cutlass.grouped_mm", m, starts_name="expert_offsets", every_row=False, n=n,
+                                  k=k))
+
+
 def grouped_mm(a, b, ab_strides, c_strides, problem_sizes, expert_offsets) -> torch.Tensor:
     """Grouped GEMM: ``out[e_i : e_i + m_i] = a[e_i : e_i + m_i] @ b[i].T``, a contiguous ``[m, n]`` tensor of a's
     dtype.
@@ -437,13 +505,15 @@ def grouped_mm(a, b, ab_strides, c_strides, problem_sizes, expert_offsets) -> to
         _fail(fn, f"expert_offsets must be int32 [g={g}], got shape {tuple(expert_offsets.shape)}")
     _strides_vectors(fn, g, ab_strides=ab_strides, c_strides=c_strides)
     _same_device(fn, a=a, b=b, problem_sizes=problem_sizes, expert_offsets=expert_offsets)
-    check = GroupCheck(f"nvf_cutlass.{fn}", m, starts_name="expert_offsets", every_row=False, n=n, k=k)
+    _report_device_errors(fn, {})
     fits = _grouped_mm_fits(a, b)
     with _reported_as(fn, {}):
         if fits:
-            _check_offset_values(check, expert_offsets, None, problem_sizes)
+            _grouped_mm_check(m, n, k, flat_signature((expert_offsets, problem_sizes)))(expert_offsets, None,
+                                                                                        problem_sizes)
         else:  # the loop reads the values on the host anyway: checked at no extra cost
-            check_group_offsets(check, expert_offsets, None, problem_sizes)
+            check_group_offsets(GroupCheck(f"nvf_cutlass.{fn}", m, starts_name="expert_offsets", every_row=False,
+                                           n=n, k=k), expert_offsets, None, problem_sizes)
     if not fits:
         return _grouped_mm_loop(a, b, problem_sizes, expert_offsets)
     # Valid groups are consecutive and the last ends at m: torch's end offsets are starts + sizes. Clamped into

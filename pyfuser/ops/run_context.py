@@ -21,15 +21,18 @@ OFFSET_CHECKS_OFF = "off"  # trusted, as upstream does
 class RunContext:
     """``device``: where the call runs ("meta" during layout inference). ``offset_checks``: one of the
     OFFSET_CHECKS_* modes. ``errors``: the runtime's device-error sink, or None where nothing collects device
-    flags (the reference executor, layout inference): checks then read values directly."""
+    flags (the reference executor, layout inference): checks then read values directly. ``first_slot``: the sink
+    slot of the call's first check (a plan numbers its checks from 0; a caller whose calls share one sink gives
+    each check site a slot of its own)."""
 
     __slots__ = ("device", "offset_checks", "errors", "_next_slot")
 
-    def __init__(self, device: torch.device, offset_checks: str = OFFSET_CHECKS_DEVICE, errors=None):
+    def __init__(self, device: torch.device, offset_checks: str = OFFSET_CHECKS_DEVICE, errors=None,
+                 first_slot: int = 0):
         self.device = device
         self.offset_checks = offset_checks
         self.errors = errors
-        self._next_slot = 0
+        self._next_slot = first_slot
 
     def error_slot(self, check) -> Optional[tuple[torch.Tensor, int]]:
         """(flags, slot): the pinned int32 error flags (written by the device) and the slot ``check`` ORs its bit

@@ -26,7 +26,12 @@ _CLEAR = bytes(4 * SLOTS)  # the flags' bytes when no check has flagged anything
 
 
 class DeviceErrorSink:
-    def __init__(self):
+    """``origin``: who found the errors, as :meth:`poll` reports them (a fusion's runtimes share one sink; the
+    nvf_cutlass functions another); ``remedy``: how to have them checked on the host instead."""
+
+    def __init__(self, origin: str = "an earlier call of this fusion; that call's outputs are invalid",
+                 remedy: str = "_enable_options=['sync_offset_checks'] checks on the host at once"):
+        self.origin, self.remedy = origin, remedy
         self._lock = threading.Lock()
         self._host: dict = {}  # device -> pinned int32 [SLOTS], written by the GPU
         self._bytes: dict = {}  # device -> a memoryview of those flags' bytes (poll compares them with zeros)
@@ -85,6 +90,4 @@ class DeviceErrorSink:
             host.zero_()
             if device in self._device:
                 self._device[device].zero_()
-            raise FusionExecutionError(
-                "; ".join(messages) + " (found on the device by an earlier call of this fusion; that call's outputs "
-                "are invalid. _enable_options=['sync_offset_checks'] checks on the host at once)")
+            raise FusionExecutionError("; ".join(messages) + f" (found on the device by {self.origin}. {self.remedy})")
