@@ -198,16 +198,18 @@ class _ValueCheck:
             run_context.leave(token)
 
 
-def _report_device_errors(fn: str, names: dict) -> None:
+def _report_device_errors() -> None:
     """Raise what the device checks of earlier calls flagged, once the GPU has finished them (a host memory read;
-    never waits; not under a caller's CUDA-graph capture, where clearing the flags must not touch the stream)."""
+    never waits; not under a caller's CUDA-graph capture, where clearing the flags must not touch the stream). The
+    messages name the function whose call flagged them, which need not be this call's, with nvFuser's argument
+    names (only the grouped GEMM's checks name operands other than the offsets)."""
     if not _ERRORS.flagged() or (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
         return
     try:
         _ERRORS.poll()
     except FusionExecutionError as e:
-        # (the messages name the function whose call flagged them, which need not be this one, ``fn``)
-        raise FusionExecutionError(_renamed(str(e).replace("fd.ops.nvf_cutlass.", "nvf_cutlass."), names)) from None
+        raise FusionExecutionError(_renamed(str(e).replace("fd.ops.nvf_cutlass.", "nvf_cutlass."),
+                                            _GROUPED_NAMES)) from None
 
 
 def _groups(fn: str, problem_sizes) -> int:
@@ -301,7 +303,7 @@ def nvfp4_scaled_grouped_mm(a, b, a_blockscale, b_blockscale, alphas, ab_strides
         return GroupedGemm(a, b.transpose(-1, -2), a_blockscale, b_blockscale, alphas, problem_sizes,
                            expert_offsets, sf_offsets, dtype, shapes=tuple(shapes), check=check), _ValueCheck(check)
 
-    _report_device_errors(fn, _GROUPED_NAMES)
+    _report_device_errors()
     gemm, values = _prepared(fn, out_dtype, operands, prepare, storage=(a_blockscale,))
     operands = (a, b.transpose(-1, -2), a_blockscale, b_blockscale, alphas, problem_sizes, expert_offsets, sf_offsets)
     with _reported_as(fn, _GROUPED_NAMES):  # the values, on every call
@@ -505,7 +507,7 @@ def grouped_mm(a, b, ab_strides, c_strides, problem_sizes, expert_offsets) -> to
         _fail(fn, f"expert_offsets must be int32 [g={g}], got shape {tuple(expert_offsets.shape)}")
     _strides_vectors(fn, g, ab_strides=ab_strides, c_strides=c_strides)
     _same_device(fn, a=a, b=b, problem_sizes=problem_sizes, expert_offsets=expert_offsets)
-    _report_device_errors(fn, {})
+    _report_device_errors()
     fits = _grouped_mm_fits(a, b)
     with _reported_as(fn, {}):
         if fits:
