@@ -34,22 +34,10 @@ import triton
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kernel_variant  # noqa: E402
+from bench_nvfp4 import cuda_graphed  # noqa: E402
 from sweep_nvfp4_gemm import close, make_operands  # noqa: E402
 from pyfuser.kernels import nvfp4_grouped_gemm as shipped  # noqa: E402
 from pyfuser.nvfp4 import reference  # noqa: E402
-
-def _graphed(fn):
-    """fn captured alone in a CUDA graph (after warm-up calls on a side stream, which compile its kernels)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
 
 
 def main() -> int:
@@ -106,7 +94,7 @@ def main() -> int:
                             (out == twin[1]).double().mean().item())
                 entry["rows"][name] = info
             if dev.type == "cuda":
-                replays = {name: _graphed(fn) for name, (fn, _, _) in rows.items()}
+                replays = {name: cuda_graphed(fn) for name, (fn, _, _) in rows.items()}
                 times = {name: [] for name in replays}
                 for _ in range(args.rounds):
                     for name, replay in replays.items():
