@@ -94,6 +94,12 @@ RNE_MAGIC_BITS = tl.constexpr(0x4B400000)
 # groups (_group_starts_scan), by a binary search beyond (_group_of).
 SCAN_LOG2_G_MAX = tl.constexpr(4)
 
+# Registers per thread of the quantize kernel (without a load prologue). Uncapped, ptxas takes 87-91 (allocated 88-96:
+# 10-11 two-warp programs per SM); at 80 there are no spills and 12 fit. H200, bf16 [16384, 4096], GPU time in CUDA
+# graphs (benchmarks/results/2026-12-03-quantize-layouts-run3.md): plain 49.7 -> 47.3 us, swizzled 49.8 -> 49.5,
+# grouped 51.9 -> 51.3. At 72 it spills.
+QUANTIZE_MAX_REGISTERS = 80
+
 # Scale layouts of the quantize kernel (constexpr SCALE_LAYOUT).
 _PLAIN, _SWIZZLED, _GROUPED = 0, 1, 2
 # How the quantize kernel stores swizzled scales (constexpr SCALE_STORE; the row-major layout always takes bytes):
@@ -717,8 +723,12 @@ def _quantize_program(
     PROLOGUE: tl.constexpr, PARGS, CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
     SCALE_STORE: tl.constexpr, ROWS_SHARED: tl.constexpr, ASM: tl.constexpr,
 ):
-    # Programs [0, quant_programs) quantize TILES [BLOCK_M, BLOCK_K] tiles of x each; with a padded (swizzled)
-    # scale layout, the programs after them write the padding zeros of the scale buffer, so it needs no memset.
+    # Programs quantize TILES [BLOCK_M, BLOCK_K] tiles of x each, quant_programs of them; with a padded (swizzled)
+    # scale layout, the grid's FIRST programs, the ones before them, write the padding zeros of the scale buffer,
+    # so it needs no memset. First: their lookups' dependent loads (the grouped layout's binary search) then overlap
+    # the quantize programs' work instead of making up the grid's tail (a grid without them was 0.7 us faster at
+    # bf16 [16384, 4096], g=8 on the H200). Their count is the grid's size less quant_programs, so a grid cut to
+    # quant_programs (timing only: benchmarks/ab_quantize_layouts.py) quantizes everything and zeros nothing.
     # CHECK (grouped layout only): program 0 also runs the offsets' device check.
     if CHECK:
         if pid == 0:
@@ -729,15 +739,17 @@ def _quantize_program(
                         M, K, g, stride_m, stride_k, pk, scales_numel, n_rows, k_tiles,
                         HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES, WIDE,
                         PROLOGUE, PARGS, SCALE_STORE, ROWS_SHARED, ASM)
-    elif pid < quant_programs:
-        _quantize_tiles(pid * TILES, x_ptr, gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr, out_offsets_ptr,
-                        M, K, g, stride_m, stride_k, pk, scales_numel, n_rows, k_tiles,
-                        HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES, WIDE,
-                        PROLOGUE, PARGS, SCALE_STORE, ROWS_SHARED, ASM)
     else:
-        nb_units = (K // BLOCK_SIZE) >> UNIT_LOG2
-        _zero_padding_tile(units_ptr, in_offsets_ptr, out_offsets_ptr, pid - quant_programs, z_cols, M, nb_units,
-                           g, pk >> UNIT_LOG2, n_rows, SCALE_LAYOUT == 2, LOG2_G, UNIT_LOG2, ZERO_R, ZERO_C)
+        zero_programs = tl.num_programs(0) - quant_programs
+        if pid >= zero_programs:
+            _quantize_tiles((pid - zero_programs) * TILES, x_ptr, gs_ptr, packed_ptr, scales_ptr, in_offsets_ptr,
+                            out_offsets_ptr, M, K, g, stride_m, stride_k, pk, scales_numel, n_rows, k_tiles,
+                            HAS_GS, SCALE_LAYOUT, X_FORMAT, LOG2_G, BLOCK_SIZE, BLOCK_M, BLOCK_K, TILES, WIDE,
+                            PROLOGUE, PARGS, SCALE_STORE, ROWS_SHARED, ASM)
+        else:
+            nb_units = (K // BLOCK_SIZE) >> UNIT_LOG2
+            _zero_padding_tile(units_ptr, in_offsets_ptr, out_offsets_ptr, pid, z_cols, M, nb_units,
+                               g, pk >> UNIT_LOG2, n_rows, SCALE_LAYOUT == 2, LOG2_G, UNIT_LOG2, ZERO_R, ZERO_C)
 
 
 @triton.jit(do_not_specialize=["check_m", "check_capacity"])
@@ -887,8 +899,8 @@ def _scale_store(scale_store: int | None, layout: int, block_m: int, blocks_per_
 
 
 class _QuantizeLaunch:
-    """The one launch of a quantization: the quantize programs, then (padded layouts) the programs that zero the
-    scale buffer's padding, for x of fixed metadata (a tensor's sizes, strides, dtype and pair alignment, or a load
+    """The one launch of a quantization: (padded layouts) the programs that zero the scale buffer's padding, then
+    the quantize programs, for x of fixed metadata (a tensor's sizes, strides, dtype and pair alignment, or a load
     prologue's function). Host work is kept small: at decode sizes it, not the GPU, sets the time of a call. A call
     takes ``scales``, the flat e4m3 scale storage ([M, nb] row-major, or the [n_rows, pk] swizzled buffer), and
     ``packed`` ([M, K/2] fp4x2); the kernel sees both as uint8 (the padding zeros as int32 units where whole).
@@ -960,7 +972,8 @@ class _QuantizeLaunch:
                 check_ints, check_meta = fused_check_args(check, g)
                 return bound_launch(_block_quantize_kernel, grid, (*ints[:3], *strides, *ints[3:], *check_ints),
                                     {**meta, **check_meta, "SCALE_STORE": store, "ROWS_SHARED": rows_shared,
-                                     "ASM": not interpreting()}, num_warps, device=x.device)
+                                     "ASM": not interpreting()}, num_warps, device=x.device,
+                                    compile_options=None if interpreting() else {"maxnreg": QUANTIZE_MAX_REGISTERS})
 
         self.bound = bind(None)
         if check is not None and layout == _GROUPED:
