@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import statistics
 import sys
@@ -35,7 +34,7 @@ import triton
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kernel_variant  # noqa: E402
 from bench_nvfp4 import cuda_graphed  # noqa: E402
-from sweep_nvfp4_gemm import close, make_operands  # noqa: E402
+from sweep_nvfp4_gemm import close, make_operands, save_partial  # noqa: E402
 from pyfuser.kernels import nvfp4_grouped_gemm as shipped  # noqa: E402
 from pyfuser.nvfp4 import reference  # noqa: E402
 
@@ -118,11 +117,7 @@ def main() -> int:
                 same = f" identical to {ident[0]}" if ident else ""
                 print(f"  {name:14s}{timing}{check}{same}", flush=True)
             del ops, ref, rows
-            if dev.type == "cuda":
-                torch.cuda.empty_cache()
-            result["wall_s"] = round(time.time() - t_start, 1)
-            with open(args.out, "w") as f:
-                json.dump(result, f, indent=1)
+            save_partial(result, args.out, t_start, dev)
     print(f"\nwrote {args.out} ({result['wall_s']} s)")
     bad = [(s["N"], s["tokens_per_expert"], name) for s in result["shapes"] for name, r in s["rows"].items()
            if r.get("matches_reference") is False

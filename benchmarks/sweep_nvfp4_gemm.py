@@ -113,6 +113,16 @@ def make_operands(tokens, n, k, dev, seed=0):
     return [mat1, mat2, scale1, scale2, alpha, ps, e_offs, sf_offs]
 
 
+def save_partial(result: dict, path: str, t_start: float, dev: torch.device) -> None:
+    """After a shape: free its operands' cached blocks and write what was measured so far (with the wall time), so
+    a run cut short by its time limit still leaves its results."""
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    result["wall_s"] = round(time.time() - t_start, 1)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+
+
 def close(out, ref) -> tuple[bool, float]:
     scale = ref.float().abs().max().item() or 1.0
     err = (out.float() - ref.float()).abs().max().item()
@@ -391,11 +401,7 @@ def main():
                     entry["profile"][name] = profile(lambda: nvfp4_grouped_mm(*ops, torch.bfloat16, **asdict(cfg)))
                     print(f"  {name} {tuple(asdict(cfg).values())}: {entry['profile'][name]}", flush=True)
         del ops
-        if dev.type == "cuda":
-            torch.cuda.empty_cache()
-        result["wall_s"] = round(time.time() - t_start, 1)
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+        save_partial(result, args.out, t_start, dev)
 
     print(f"\nwrote {args.out} ({result['wall_s']} s)")
     return 0
