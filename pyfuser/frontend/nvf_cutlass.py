@@ -200,13 +200,13 @@ class _ValueCheck:
 
 def _report_device_errors() -> None:
     """Raise what the device checks of earlier calls flagged, once the GPU has finished them (a host memory read;
-    never waits; not under a caller's CUDA-graph capture, where clearing the flags must not touch the stream). The
+    never waits; not under a caller's CUDA-graph capture: DeviceErrorSink.report_flagged). The
     messages name the function whose call flagged them, which need not be this call's, with nvFuser's argument
     names (only the grouped GEMM's checks name operands other than the offsets)."""
-    if not _ERRORS.flagged() or (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+    if not _ERRORS.flagged():
         return
     try:
-        _ERRORS.poll()
+        _ERRORS.report_flagged(torch.cuda.is_available())
     except FusionExecutionError as e:
         raise FusionExecutionError(_renamed(str(e).replace("fd.ops.nvf_cutlass.", "nvf_cutlass."),
                                             _GROUPED_NAMES)) from None

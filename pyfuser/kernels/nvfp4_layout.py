@@ -437,7 +437,7 @@ def _fp4_lines(v):
 # and an or per pair, three byte permutes per word). The interpreter has no PTX: it runs the element-wise form,
 # which gives the same bits (tests/test_nvfp4_layout_kernels.py also runs this text through a model of its
 # instructions).
-PACK_MAGIC_BITS = 0x3F400000
+PACK_MAGIC_BITS = (RNE_MAGIC_BITS.value * 0x11111111) % 2**32
 FP4_PACK_PTX = tl.constexpr("""{
     .reg .b32 w, a, b, l, h;
     mad.lo.u32 w, $8, 16, $4;
@@ -447,7 +447,7 @@ FP4_PACK_PTX = tl.constexpr("""{
     mad.lo.u32 w, w, 16, $2;
     mad.lo.u32 w, w, 16, $5;
     mad.lo.u32 w, w, 16, $1;
-    sub.u32 w, w, 0x3F400000;
+    sub.u32 w, w, PACK_MAGIC;
     prmt.b32 a, $9, $10, 0xFB;
     prmt.b32 b, $11, $12, 0xFB;
     prmt.b32 l, a, b, 0x5410;
@@ -458,7 +458,7 @@ FP4_PACK_PTX = tl.constexpr("""{
     and.b32 h, h, 0x80808080;
     or.b32 w, w, l;
     or.b32 $0, w, h;
-}""")
+}""".replace("PACK_MAGIC", hex(PACK_MAGIC_BITS)))
 
 
 @triton.jit

@@ -27,7 +27,7 @@ _CLEAR = bytes(4 * SLOTS)  # the flags' bytes when no check has flagged anything
 
 class DeviceErrorSink:
     """``origin``: who found the errors, as :meth:`poll` reports them (a fusion's runtimes share one sink; the
-    nvf_cutlass functions another); ``remedy``: how to have them checked on the host instead."""
+    nvf_cutlass functions another); ``remedy``: how the caller can have them reported sooner."""
 
     def __init__(self, origin: str = "an earlier call of this fusion; that call's outputs are invalid",
                  remedy: str = "_enable_options=['sync_offset_checks'] checks on the host at once"):
@@ -77,6 +77,14 @@ class DeviceErrorSink:
             if self._bytes[device].tobytes() != _CLEAR:
                 return True
         return False
+
+    def report_flagged(self, cuda: bool) -> None:
+        """:meth:`poll`, where :meth:`flagged` said a flag is set, unless a caller's CUDA graph is capturing
+        (``cuda``: the call runs on CUDA): host-side bookkeeping must not touch the captured stream (poll clears
+        the device-side flags), so the report waits for a call outside the capture. Callers ask flagged() first:
+        the capture query is a CUDA call, and most calls find no flag."""
+        if not (cuda and torch.cuda.is_current_stream_capturing()):
+            self.poll()
 
     def poll(self) -> None:
         """Before a call: raise the errors that finished calls flagged (a host memory read; never waits)."""

@@ -109,11 +109,8 @@ class FusionRuntime:
         if errors is None:
             context = self._context
         else:
-            # Under a caller's own CUDA-graph capture, host-side bookkeeping must not touch the stream (poll clears
-            # the device-side flags). Asked only when a flag is set: the capture query is a CUDA call, and most
-            # calls find no flag.
-            if errors.flagged() and not (self._cuda and torch.cuda.is_current_stream_capturing()):
-                errors.poll()
+            if errors.flagged():  # (most calls find no flag: one byte compare)
+                errors.report_flagged(self._cuda)
             context = run_context.RunContext(self.device, self._offset_mode, errors)
         token = run_context.enter(context)
         # Autograd off while the steps run (torch.no_grad() as a context manager costs microseconds per call), and
