@@ -280,16 +280,20 @@ class _SliceOf:
 
 def test_default_config_heuristic():
     # The sweep's choices on the H200 (pyfuser.kernels.nvfp4_grouped_gemm.default_config's docstring).
+    for tokens in range(1, gg.INTEGER_MAX_TOKENS + 1):
+        assert default_config(8 * tokens, 2048, 4096, 8) == gg.INTEGER_CONFIG
+    assert not default_config(8 * (gg.INTEGER_MAX_TOKENS + 1), 2048, 4096, 8).integer
+    tc = gg.tensor_core_config  # the rest: the tensor-core kernel's own choices
     for tokens in (1, 16):
-        one = default_config(8 * tokens, 2048, 4096, 8)
+        one = tc(8 * tokens, 2048, 4096, 8)
         assert (one.block_m, one.block_n, one.split_k, one.predequant) == (16, 64, 2, False)  # 256 tiles: split
-        wide = default_config(8 * tokens, 14336, 4096, 8)
+        wide = tc(8 * tokens, 14336, 4096, 8)
         assert (wide.block_m, wide.block_n, wide.split_k) == (16, 128, 1)  # 896 tiles of 128 columns
-    assert (default_config(8 * 64, 2048, 4096, 8).block_m, default_config(8 * 64, 2048, 4096, 8).split_k) == (64, 2)
-    assert default_config(8 * 64, 14336, 4096, 8).block_n == 128
-    assert default_config(8 * 64, 2048, 4096, 8).block_n == 128  # 64-token tiles: half the in-loop token dequant
-    assert default_config(8, 2048, 256, 8).split_k == 1  # K=256 is a single k-tile
-    prefill = default_config(8192, 14336, 4096, 8)
+    assert (tc(8 * 64, 2048, 4096, 8).block_m, tc(8 * 64, 2048, 4096, 8).split_k) == (64, 2)
+    assert tc(8 * 64, 14336, 4096, 8).block_n == 128
+    assert tc(8 * 64, 2048, 4096, 8).block_n == 128  # 64-token tiles: half the in-loop token dequant
+    assert tc(8, 2048, 256, 8).split_k == 1  # K=256 is a single k-tile
+    prefill = tc(8192, 14336, 4096, 8)
     assert (prefill.block_m, prefill.block_n, prefill.split_k, prefill.predequant) == (256, 128, 1, True)
 
 
@@ -297,7 +301,8 @@ def _bad(case, **changes):
     args = dict(zip(["mat1", "mat2", "scale1", "scale2", "alpha", "problem_sizes", "expert_offsets", "sf_offsets"],
                     case.args))
     out_dtype = changes.pop("out_dtype", torch.bfloat16)
-    kwargs = {k: changes.pop(k) for k in list(changes) if k in ("block_k", "block_m", "block_n", "predequant", "out")}
+    kwargs = {k: changes.pop(k) for k in list(changes)
+              if k in ("block_k", "block_m", "block_n", "predequant", "out", "integer", "split_k")}
     args.update(changes)
     return lambda: nvfp4_grouped_mm(*args.values(), out_dtype, **kwargs)
 
@@ -332,6 +337,8 @@ def small():
         (lambda c: dict(block_n=32),
          "block_k must be >= 128 \\(with predequant=False\\), block_m >= 16 and block_n >= 64"),
         (lambda c: dict(out=torch.empty(8, 128, dtype=torch.float16, device=DEVICE)), "out must be a \\[8, 128\\]"),
+        (lambda c: dict(integer=True, block_m=2), "the integer kernel takes block_k >= 32"),
+        (lambda c: dict(integer=True, block_m=1, split_k=2), "the integer kernel takes .* split_k 1"),
     ],
 )
 def test_validation_errors(small, change, match):
@@ -396,3 +403,42 @@ def test_decode_kernel_with_the_offsets_check_compiles_for_sm90():
     assert proc.returncode == 0, proc.stderr[-4000:]
     stores = json.loads(proc.stdout.strip().splitlines()[-1])
     assert stores["True"] > stores["False"]
+
+
+# The integer kernel (dp4a block dot products, one token per program): the default at <= INTEGER_MAX_TOKENS tokens
+# per expert. Its block sums are exact integers, so beyond the oracle's tolerance it rounds like the tensor-core
+# kernel nearly everywhere.
+INTEGER = dict(integer=True, block_m=1, split_k=1)
+
+
+@pytest.mark.parametrize("tokens,n,k,block_n,block_k,scale1_form,out_dtype", [
+    ([1, 2, 0, 3], 64, 128, 16, 64, "layout", torch.bfloat16),  # an empty group, several tokens per group
+    ([0, 1], 48, 256, 32, 128, "plain", torch.float16),  # N not a multiple of the tile; group 0 empty
+    ([2, 1], 32, 192, 16, 128, "layout", torch.bfloat16),  # K not a multiple of the step (masked last step)
+    ([1], 16, 64, 16, 32, "plain", torch.bfloat16),  # one step of two blocks
+])
+def test_integer_kernel_matches_oracle(tokens, n, k, block_n, block_k, scale1_form, out_dtype):
+    case = Case(tokens, n, k, seed=n + k, scale1_form=scale1_form)
+    out = nvfp4_grouped_mm(*case.args, out_dtype, block_n=block_n, block_k=block_k, **INTEGER)
+    _check(out, case, out_dtype)
+    tensor_cores = nvfp4_grouped_mm(*case.args, out_dtype, **vars(gg.tensor_core_config(case.m, n, k, len(tokens))))
+    assert (out == tensor_cores).double().mean().item() > 0.9
+
+
+def test_integer_kernel_gap_rows_and_signed_scales():
+    # Rows no group covers are zeroed in a preallocated output; signed e4m3 scales over the full range.
+    case = Case([1, 0, 2], 32, 128, seed=3, e_offs=[1, 3, 3], m=6, scale_bits=(0x01, 0x7e), signed_scales=True)
+    out = torch.full((6, 32), 7.0, dtype=torch.bfloat16, device=DEVICE)
+    nvfp4_grouped_mm(*case.args, torch.bfloat16, out=out, block_n=16, block_k=64, **INTEGER)
+    _check(out, case, torch.bfloat16)
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="the byte-permute/dp4a form runs on the GPU only")
+def test_integer_kernel_ptx_equals_elementwise_form(monkeypatch):
+    # The same integers either way, and the same fp32 sums in the same order: bit for bit.
+    case = Case([1, 1, 2, 1], 256, 1024, seed=11, scale_bits=(0x01, 0x7e), signed_scales=True)
+    ptx = nvfp4_grouped_mm(*case.args, torch.bfloat16, block_n=64, block_k=512, **INTEGER)
+    monkeypatch.setattr(gg, "interpreting", lambda: True)  # ASM off: the interpreter's element-wise form
+    plain = nvfp4_grouped_mm(*case.args, torch.bfloat16, block_n=64, block_k=512, **INTEGER)
+    assert torch.equal(ptx.view(torch.int16), plain.view(torch.int16))
+    _check(ptx, case, torch.bfloat16)

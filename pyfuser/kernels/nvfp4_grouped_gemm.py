@@ -33,6 +33,13 @@ No host sync; one launch, or 1 + 2 per chunk of experts with ``predequant``:
   [0, e_0) for group 0); every group owns one program even when empty. This covers every uncovered row when the
   groups are in order and do not overlap (what the op's offsets are: exclusive prefix sums).
 - Decode (few tokens): the tokens are dequantized inside the k loop too, one launch.
+- One token per expert (``INTEGER_MAX_TOKENS``): ``_nvfp4_gemm_int_kernel`` computes each 16-element block's dot
+  product exactly on the integer units (byte permutes turn codes into twice their values, dp4a multiplies and
+  adds 4 at a time; see the comment above it) and sums the scaled blocks in fp32, one token per program. No
+  tensor cores, shared memory or barriers in its loop: 2.5-2.8 sm_90 instructions per weight against the tensor-
+  core loop's 4.4. H200, CUDA graphs, 8 experts, K=4096 (benchmarks/sweep_nvfp4_integer.py): N=14336 130 -> 89 us
+  (2.9x -> 4.3x bf16), N=2048 29.5 -> 21.9 us (2.0x -> 2.7x); at 2 tokens per expert it already loses (N=14336 130
+  vs 145 us), since each token's program decodes the weights again.
 - Prefill (``predequant``): both operands are dequantized once, exactly, to fp16 in k order (``_dequant_a_kernel``,
   ``_dequant_b_kernel``), and the same kernel then runs as a plain fp16 grouped GEMM (``F16``: one dot of
   BLOCK_K per k-tile, both operands through the pipeliner's shared-memory stages). Measured on the H200 (G=8,
@@ -64,6 +71,7 @@ import triton
 import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
+from ..codegen.interpreter_compat import interpreting
 from ..codegen.launcher import bound_launch, cdiv, next_pow2, triton_usable
 from ..ir.dtypes import to_torch_dtype
 from ..ops import narrow_precision as ops
@@ -72,7 +80,7 @@ from ..ops.registry import attach
 from ..nvfp4.gemm_contract import check_operands, contract_error, out_torch_dtype
 from .group_offsets_check import fused_check_args, group_offsets_bits
 
-__all__ = ["GemmConfig", "GroupedGemm", "default_config", "nvfp4_grouped_mm"]
+__all__ = ["GemmConfig", "GroupedGemm", "default_config", "nvfp4_grouped_mm", "tensor_core_config"]
 
 _NUM_SMS = 132  # H200; only shapes the heuristic's split-K choice
 # Bytes of dequantized fp16 weights one predequant GEMM launch covers: experts are dequantized and multiplied a
@@ -90,11 +98,27 @@ class GemmConfig:
     predequant: bool  # dequantize both operands to fp16 in first launches (else in registers in the k loop)
     num_warps: int
     num_stages: int
+    integer: bool = False  # block dot products on the integer units (_nvfp4_gemm_int_kernel), block_m = 1
+
+
+# Up to this many tokens per expert (on average: the sizes are static, the groups' counts are not) the default is
+# the integer kernel, one token per program (benchmarks/sweep_nvfp4_integer.py).
+INTEGER_MAX_TOKENS = 1
+INTEGER_CONFIG = GemmConfig(1, 32, 512, 1, 1, False, 4, 1, integer=True)
 
 
 @functools.lru_cache(maxsize=256)
 def default_config(m: int, n: int, k: int, g: int) -> GemmConfig:
-    """Heuristic from the static sizes only (no host sync): tokens per expert decide decode vs prefill.
+    """Heuristic from the static sizes only (no host sync): the integer kernel for the fewest tokens per expert,
+    else :func:`tensor_core_config`."""
+    if -(-m // max(g, 1)) <= INTEGER_MAX_TOKENS:
+        return INTEGER_CONFIG
+    return tensor_core_config(m, n, k, g)
+
+
+@functools.lru_cache(maxsize=256)
+def tensor_core_config(m: int, n: int, k: int, g: int) -> GemmConfig:
+    """The tensor-core kernel's config, from the static sizes only: tokens per expert decide decode vs prefill.
 
     Chosen from benchmarks/sweep_nvfp4_gemm.py on the H200 (G=8, K=4096, N 2048/14336; GPU times from CUPTI):
     - decode (<= 64 tokens per expert): one m-tile holds an expert's tokens, dequantized inside the k loop (a
@@ -145,6 +169,7 @@ def nvfp4_grouped_mm(
     predequant: Optional[bool] = None,
     num_warps: Optional[int] = None,
     num_stages: Optional[int] = None,
+    integer: Optional[bool] = None,
     out: Optional[torch.Tensor] = None,
     shapes: Optional[tuple] = None,
 ) -> torch.Tensor:
@@ -163,7 +188,8 @@ def nvfp4_grouped_mm(
     the counters zero). The same as preparing a :class:`GroupedGemm` and calling it once."""
     overrides = {key: v for key, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k),
                                         ("split_k", split_k), ("group_m", group_m), ("predequant", predequant),
-                                        ("num_warps", num_warps), ("num_stages", num_stages)) if v is not None}
+                                        ("num_warps", num_warps), ("num_stages", num_stages),
+                                        ("integer", integer)) if v is not None}
     operands = (mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
     out_stride = out.stride(0) if isinstance(out, torch.Tensor) and out.dim() == 2 else None  # (else refused)
     gemm = GroupedGemm(*operands, out_dtype, shapes=shapes, out_stride=out_stride, **overrides)
@@ -174,10 +200,15 @@ def _config(m: int, n: int, k: int, g: int, overrides: dict) -> GemmConfig:
     cfg = default_config(m, n, k, g)
     if overrides:
         cfg = replace(cfg, **overrides)
-        min_k = 16 if cfg.predequant else 128  # an fp16 dot's K, or 8 of them (one per fp4 nibble plane)
-        if cfg.block_k < min_k or cfg.block_m < 16 or cfg.block_n < 64 or cfg.split_k < 1 or cfg.group_m < 1:
-            contract_error(f"block_k must be >= {min_k} (with predequant={cfg.predequant}), block_m >= 16 and "
-                           f"block_n >= 64 (the MMA's sides), split_k and group_m >= 1, got {cfg}")
+        if cfg.integer:
+            if cfg.block_k < 32 or cfg.block_m != 1 or cfg.block_n < 16 or cfg.split_k != 1 or cfg.predequant:
+                contract_error(f"the integer kernel takes block_k >= 32 (two 16-element blocks per step), block_m "
+                               f"1 (one token per program), block_n >= 16, split_k 1 and no predequant, got {cfg}")
+        else:
+            min_k = 16 if cfg.predequant else 128  # an fp16 dot's K, or 8 of them (one per fp4 nibble plane)
+            if cfg.block_k < min_k or cfg.block_m < 16 or cfg.block_n < 64 or cfg.split_k < 1 or cfg.group_m < 1:
+                contract_error(f"block_k must be >= {min_k} (with predequant={cfg.predequant}), block_m >= 16 and "
+                               f"block_n >= 64 (the MMA's sides), split_k and group_m >= 1, got {cfg}")
         for name in ("block_m", "block_n", "block_k"):
             v = getattr(cfg, name)
             if v & (v - 1):
@@ -233,6 +264,20 @@ class GroupedGemm:
             return (bound_launch(_nvfp4_gemm_kernel, (grid_m * grid_n, split, 1), (*ints, g_lo, g_hi, *checks),
                                  {**meta, **check_meta}, cfg.num_warps, cfg.num_stages, device=dev), scratch)
 
+        if cfg.integer:
+            int_meta = dict(BLOCK_N=cfg.block_n, BLOCK_KW=bkw, EVEN_K=kw > 0 and kw % bkw == 0, G_BLOCK=g_block,
+                            ASM=not interpreting())
+
+            def int_gemm(check=None):
+                checks, check_meta = fused_check_args(check, g, sizes=True)
+                grid = (m + g) * cdiv(n, cfg.block_n)  # one token per program
+                return (bound_launch(_nvfp4_gemm_int_kernel, (grid, 1, 1), (*ints, *checks),
+                                     {**int_meta, **check_meta}, cfg.num_warps, cfg.num_stages, device=dev), None)
+
+            self.launches = [int_gemm()]
+            if check is not None:
+                self.checked = int_gemm(check)
+            return
         if not cfg.predequant:
             self.launches = [gemm(0, g)]
             if check is not None:
@@ -281,7 +326,8 @@ class GroupedGemm:
                     launch, scratch = self.checked
                 # The JIT path (first launch of a specialization) takes the packed operands as int32 word views.
                 # (Without a check, any pointer stands for the flags: they are never read.)
-                tensors = (mat1, scale1, mat2, scale2, *common, *self._scratch(scratch, alpha),
+                split_scratch = () if self.cfg.integer else self._scratch(scratch, alpha)
+                tensors = (mat1, scale1, mat2, scale2, *common, *split_scratch,
                            alpha if check_flags is None else check_flags)
                 launch(tensors, (), lambda: (_words(mat1), scale1, _words(mat2.transpose(-1, -2)), *tensors[3:]))
                 return out
@@ -388,6 +434,56 @@ def _zero_rows(out_ptr, start, end, offs_n, n_mask, stride_om, BLOCK_M: tl.const
         tl.store(ptrs, zeros, mask=(rows < end)[:, None] & n_mask[None, :])
 
 
+@triton.jit
+def _fused_offsets_check(flags_ptr, ps_ptr, eoff_ptr, sfoff_ptr, G, check_m, check_capacity, check_n, check_k,
+                         stride_ps, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr):
+    """The call's device check of the offsets and problem sizes (group_offsets_check.py), run by one program of
+    the GEMM's launch instead of a launch of its own."""
+    bits = group_offsets_bits(eoff_ptr, sfoff_ptr, ps_ptr, G, check_m, check_capacity, check_n, check_k,
+                              stride_ps, CHECK_EVERY_ROW, True, True, CHECK_BLOCK)
+    tl.store(flags_ptr, tl.load(flags_ptr) | bits)  # (pinned host flags: sticky, as the check kernel's)
+
+
+@triton.jit
+def _group_tile(pid_m, ps_ptr, stride_ps, G, g_lo, g_hi, BLOCK_M: tl.constexpr, G_BLOCK: tl.constexpr):
+    """(group, m-tile inside it) of m-slot ``pid_m``: prefix sums of the groups' tile counts (each group of [g_lo,
+    g_hi) owns max(cdiv(m_i, BLOCK_M), 1) tiles), all G sizes in one vector load rather than a loop of G dependent
+    scalar loads. The group is >= g_hi for slots past the last tile (the program has nothing to do)."""
+    offs_g = tl.arange(0, G_BLOCK)
+    g_mask = offs_g < G
+    sizes = tl.load(ps_ptr + offs_g * stride_ps, mask=g_mask, other=0)
+    tiles = tl.where(g_mask & (offs_g >= g_lo) & (offs_g < g_hi), tl.maximum(tl.cdiv(sizes, BLOCK_M), 1), 0)
+    ends = tl.cumsum(tiles, 0)
+    grp = tl.sum((ends <= pid_m).to(tl.int32), 0)  # the first group whose tiles end after pid_m
+    return grp, pid_m - tl.sum(tl.where(offs_g == grp, ends - tiles, 0), 0)
+
+
+@triton.jit
+def _zero_gap_rows(out_ptr, eoff_ptr, grp, e_g, m_g, first, G, M, offs_n, n_mask, stride_om,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Rows no group covers, zeroed by the ``first`` program (tile 0, split 0) of each group: the gap after the
+    group, and for group 0 the rows before it."""
+    nxt = tl.where(grp + 1 < G, tl.load(eoff_ptr + tl.minimum(grp + 1, G - 1)), M)
+    gap_start = tl.minimum(tl.maximum(e_g + m_g, 0), M)
+    gap_end = tl.where(first, tl.minimum(nxt, M), gap_start)
+    _zero_rows(out_ptr, gap_start, gap_end, offs_n, n_mask, stride_om, BLOCK_M, BLOCK_N)
+    head_end = tl.where((grp == 0) & first, tl.minimum(e_g, M), 0)
+    _zero_rows(out_ptr, 0, head_end, offs_n, n_mask, stride_om, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def _group_rows(out_ptr, ps_ptr, eoff_ptr, grp, first, G, M, N, pid_n, stride_ps, stride_om, ZERO_M: tl.constexpr,
+                BLOCK_N: tl.constexpr):
+    """(m_g, e_g, offs_n, n_mask) of a program's group (below g_hi) and n-tile; the ``first`` program of the group
+    also zeroes the rows no group covers (_zero_gap_rows), ZERO_M rows at a time."""
+    m_g = tl.load(ps_ptr + grp * stride_ps)
+    e_g = tl.load(eoff_ptr + grp)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    _zero_gap_rows(out_ptr, eoff_ptr, grp, e_g, m_g, first, G, M, offs_n, n_mask, stride_om, ZERO_M, BLOCK_N)
+    return m_g, e_g, offs_n, n_mask
+
+
 
 # The token count, group count and scale1's size tile nothing: not specialized on (Triton would otherwise compile a
 # variant per divisibility of each).
@@ -479,9 +575,8 @@ def _nvfp4_gemm_kernel(
     pid_k = tl.program_id(1)
     if CHECK:  # the call's device check of the offsets (group_offsets_check.py), by program 0: no launch of its own
         if (pid == 0) & (pid_k == 0):
-            bits = group_offsets_bits(eoff_ptr, sfoff_ptr, ps_ptr, G, check_m, check_capacity, check_n, check_k,
-                                      stride_ps, CHECK_EVERY_ROW, True, True, CHECK_BLOCK)
-            tl.store(flags_ptr, tl.load(flags_ptr) | bits)  # (pinned host flags: sticky, as the check kernel's)
+            _fused_offsets_check(flags_ptr, ps_ptr, eoff_ptr, sfoff_ptr, G, check_m, check_capacity, check_n,
+                                 check_k, stride_ps, CHECK_EVERY_ROW, CHECK_BLOCK)
     num_pid_m = tl.cdiv(M, BLOCK_M) + g_hi - g_lo
     num_pid_n = tl.cdiv(N, BLOCK_N)
     band = GROUP_M * num_pid_n  # programs per band of GROUP_M m-tiles, m-tile fastest inside a band
@@ -490,30 +585,11 @@ def _nvfp4_gemm_kernel(
     pid_m = first_m + (pid % band) % band_m
     pid_n = (pid % band) // band_m
 
-    # Which (group, m-tile) this program computes: prefix sums of the groups' tile counts (each group owns >= 1
-    # tile), all G sizes in one vector load rather than a loop of G dependent scalar loads.
-    offs_g = tl.arange(0, G_BLOCK)
-    g_mask = offs_g < G
-    sizes = tl.load(ps_ptr + offs_g * stride_ps, mask=g_mask, other=0)
-    tiles = tl.where(g_mask & (offs_g >= g_lo) & (offs_g < g_hi), tl.maximum(tl.cdiv(sizes, BLOCK_M), 1), 0)
-    ends = tl.cumsum(tiles, 0)
-    grp = tl.sum((ends <= pid_m).to(tl.int32), 0)  # the first group whose tiles end after pid_m
+    grp, local = _group_tile(pid_m, ps_ptr, stride_ps, G, g_lo, g_hi, BLOCK_M, G_BLOCK)
     if grp >= g_hi:
         return
-    local = pid_m - tl.sum(tl.where(offs_g == grp, ends - tiles, 0), 0)
-
-    m_g = tl.load(ps_ptr + grp * stride_ps)
-    e_g = tl.load(eoff_ptr + grp)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = offs_n < N
-
-    # Rows no group covers: tile 0 of each group zeroes the gap after the group (and group 0 the rows before it).
-    nxt = tl.where(grp + 1 < G, tl.load(eoff_ptr + tl.minimum(grp + 1, G - 1)), M)
-    gap_start = tl.minimum(tl.maximum(e_g + m_g, 0), M)
-    gap_end = tl.where((local == 0) & (pid_k == 0), tl.minimum(nxt, M), gap_start)
-    _zero_rows(out_ptr, gap_start, gap_end, offs_n, n_mask, stride_om, BLOCK_M, BLOCK_N)
-    head_end = tl.where((grp == 0) & (local == 0) & (pid_k == 0), tl.minimum(e_g, M), 0)
-    _zero_rows(out_ptr, 0, head_end, offs_n, n_mask, stride_om, BLOCK_M, BLOCK_N)
+    m_g, e_g, offs_n, n_mask = _group_rows(out_ptr, ps_ptr, eoff_ptr, grp, (local == 0) & (pid_k == 0), G, M, N,
+                                           pid_n, stride_ps, stride_om, BLOCK_M, BLOCK_N)
     if local * BLOCK_M >= m_g:  # an empty group's tile only zero-fills
         return
 
@@ -609,6 +685,192 @@ def _nvfp4_gemm_kernel(
     res = (acc * scale).to(out_ptr.dtype.element_ty)
     ptrs = out_ptr + rows.to(tl.int64)[None, :] * stride_om + offs_n[:, None]
     tl.store(ptrs, res, mask=n_mask[:, None] & r_mask[None, :])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Integer decode kernel: fp4 x fp4 block dot products on the integer units (dp4a), no tensor cores.
+#
+# Twice an E2M1 value is an integer in [-12, 12]. The product of two such values summed over one 16-element block
+# is an integer of at most 16 * 144 = 2304 (exact in int32, and in fp32), and times the two blocks' e4m3 scales
+# (8 significant bits between them) it is still exact in fp32: 20 significant bits. So a block's contribution is
+# computed exactly on integer units, 4 codes per dp4a, and only the sum over blocks rounds, in fp32, as the
+# tensor-core kernel's accumulator does. Codes become bytes by byte permutes of a table: a word's 4 low (or high)
+# nibbles are prmt's 4 byte selectors, the fp4 sign bit its sign-replicate bit, which on the all-positive table
+# gives 0 for negative codes; the sign-flipped word gives the negative codes' magnitudes. The weights' positive and
+# negative magnitudes are dotted with the tokens' signed bytes and subtracted. 23 instructions per 16 weights and
+# token where the tensor-core decode loop spends about 70 (4.37 per weight in its sm_90 SASS).
+
+# Byte tables of prmt: selector values 0-3 read the first operand's bytes, 4-7 the second's: 2 * |E2M1| by code.
+_X2_TABLE_LO, _X2_TABLE_HI = tl.constexpr(0x03020100), 0x0C080604
+# ($5: the low table, in a register the caller computes once: as an immediate, ptxas materializes it again
+# before every prmt, one more instruction each.)
+_FP4_BYTES_PTX = tl.constexpr("""{
+    .reg .b32 x, h, xh;
+    xor.b32 x, $4, 0x88888888;
+    shr.u32 h, $4, 16;
+    shr.u32 xh, x, 16;
+    prmt.b32 $0, $5, TABLE_HI, $4;
+    prmt.b32 $1, $5, TABLE_HI, h;
+    prmt.b32 $2, $5, TABLE_HI, x;
+    prmt.b32 $3, $5, TABLE_HI, xh;
+}""".replace("TABLE_HI", hex(_X2_TABLE_HI)))
+# Signed bytes from the magnitudes: at most one of p, n is non-zero per byte, so (p + 128 - n) ^ 128 per byte is
+# p - n in two's complement, with no borrow between bytes (every byte of p | 0x80 is at least 128 > 12).
+_FP4_SIGNED_PTX = tl.constexpr("""{
+    .reg .b32 x, h, xh, p, n;
+    xor.b32 x, $2, 0x88888888;
+    shr.u32 h, $2, 16;
+    shr.u32 xh, x, 16;
+    prmt.b32 p, $3, TABLE_HI, $2;
+    prmt.b32 n, $3, TABLE_HI, x;
+    or.b32 p, p, 0x80808080;
+    sub.u32 p, p, n;
+    xor.b32 $0, p, 0x80808080;
+    prmt.b32 p, $3, TABLE_HI, h;
+    prmt.b32 n, $3, TABLE_HI, xh;
+    or.b32 p, p, 0x80808080;
+    sub.u32 p, p, n;
+    xor.b32 $1, p, 0x80808080;
+}""".replace("TABLE_HI", hex(_X2_TABLE_HI)))
+# One block (2 words) of weight magnitudes ($1-$4 word 0: positive low/high, negative low/high; $5-$8 word 1)
+# against the token's signed bytes ($9-$10 word 0 low/high, $11-$12 word 1).
+_BLOCK_DOT_PTX = tl.constexpr("""{
+    .reg .b32 sp, sn;
+    dp4a.u32.s32 sp, $1, $9, 0;
+    dp4a.u32.s32 sp, $2, $10, sp;
+    dp4a.u32.s32 sp, $5, $11, sp;
+    dp4a.u32.s32 sp, $6, $12, sp;
+    dp4a.u32.s32 sn, $3, $9, 0;
+    dp4a.u32.s32 sn, $4, $10, sn;
+    dp4a.u32.s32 sn, $7, $11, sn;
+    dp4a.u32.s32 sn, $8, $12, sn;
+    sub.s32 $0, sp, sn;
+}""")
+
+
+@triton.jit
+def _fp4_x2(w, q: tl.constexpr):
+    """Twice the E2M1 value of nibble q of int32 words, as int32 (element-wise; the interpreter's form)."""
+    code = (w >> (4 * q)) & 15
+    mag = code & 7
+    v = tl.where(mag < 5, mag, tl.where(mag == 7, 12, 2 * mag - 4))
+    return tl.where(code >= 8, -v, v)
+
+
+@triton.jit
+def _fp4_words_dot(w, a):
+    """sum over the 8 codes of int32 words w and a of (2 fp4(w)) * (2 fp4(a)), element-wise."""
+    s = _fp4_x2(w, 0) * _fp4_x2(a, 0)
+    for q in tl.static_range(1, 8):
+        s += _fp4_x2(w, q) * _fp4_x2(a, q)
+    return s
+
+
+@triton.jit
+def _block_dots(w0, w1, a0, a1, table_w, table_a, ASM: tl.constexpr):
+    """Exact integer sums of 4 * fp4(w) * fp4(a) over 16-element blocks, each block two int32 words of weights
+    (w0, w1: [BLOCK_N, NB]) and of one token (a0, a1: [1, NB]): [BLOCK_N, NB] int32. ASM: byte
+    permutes and dp4a, the token's bytes decoded once for all weight rows;
+    otherwise the same sums element by element (what the interpreter runs: same integers). ``table_w`` ([BLOCK_N,
+    1]) and ``table_a`` ([1, NB]): _X2_TABLE_LO, computed by the caller from run-time values (see _FP4_BYTES_PTX)."""
+    if ASM:
+        wp0, wq0, wn0, wm0 = tl.inline_asm_elementwise(
+            _FP4_BYTES_PTX, "=r,=r,=r,=r,r,r", [w0, table_w], dtype=(tl.int32, tl.int32, tl.int32, tl.int32),
+            is_pure=True, pack=1)
+        wp1, wq1, wn1, wm1 = tl.inline_asm_elementwise(
+            _FP4_BYTES_PTX, "=r,=r,=r,=r,r,r", [w1, table_w], dtype=(tl.int32, tl.int32, tl.int32, tl.int32),
+            is_pure=True, pack=1)
+        al0, ah0 = tl.inline_asm_elementwise(_FP4_SIGNED_PTX, "=r,=r,r,r", [a0, table_a],
+                                             dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
+        al1, ah1 = tl.inline_asm_elementwise(_FP4_SIGNED_PTX, "=r,=r,r,r", [a1, table_a],
+                                             dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
+        return tl.inline_asm_elementwise(
+            _BLOCK_DOT_PTX, "=r" + ",r" * 12,
+            [wp0, wq0, wn0, wm0, wp1, wq1, wn1, wm1, al0, ah0, al1, ah1], dtype=tl.int32, is_pure=True, pack=1)
+    return _fp4_words_dot(w0, a0) + _fp4_words_dot(w1, a1)
+
+
+@triton.jit(do_not_specialize=["M", "G", "s1_capacity", "check_m", "check_capacity"])
+def _nvfp4_gemm_int_kernel(
+    a_ptr, s1_ptr, b_ptr, s2_ptr, alpha_ptr, ps_ptr, eoff_ptr, sfoff_ptr, out_ptr, flags_ptr,
+    M, N, KW, G, s1_capacity, stride_am, stride_bg, stride_bn, stride_s2g, stride_ps, stride_om,
+    check_m, check_capacity, check_n, check_k,
+    BLOCK_N: tl.constexpr, BLOCK_KW: tl.constexpr, EVEN_K: tl.constexpr, G_BLOCK: tl.constexpr,
+    ASM: tl.constexpr,
+    CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
+):
+    # Programs: (m-slot, n-tile), m-slot fastest, so that the token tiles of one group (which read the same weight
+    # tile) run side by side and share it through L2. An m-slot is BLOCK_T tokens of one group (_group_tile); each
+    # program sums all of K for its [BLOCK_T, BLOCK_N] outputs (no split-K), BLOCK_KW words (8 * BLOCK_KW codes)
+    # per step, the next step's loads issued before this step's arithmetic.
+    pid = tl.program_id(0)
+    if CHECK:
+        if pid == 0:
+            _fused_offsets_check(flags_ptr, ps_ptr, eoff_ptr, sfoff_ptr, G, check_m, check_capacity, check_n,
+                                 check_k, stride_ps, CHECK_EVERY_ROW, CHECK_BLOCK)
+    num_pid_m = M + G
+    pid_m = pid % num_pid_m
+    pid_n = pid // num_pid_m
+    grp, local = _group_tile(pid_m, ps_ptr, stride_ps, G, 0, G, 1, G_BLOCK)
+    if grp >= G:
+        return
+    m_g, e_g, offs_n, n_mask = _group_rows(out_ptr, ps_ptr, eoff_ptr, grp, local == 0, G, M, N, pid_n, stride_ps,
+                                           stride_om, 16, BLOCK_N)
+    if local >= m_g:
+        return
+
+    NB: tl.constexpr = BLOCK_KW // 2  # 16-element blocks per step
+    PK = KW // 2
+    lt = local + tl.arange(0, 1)  # the token inside the group (a [1] vector: the tile's one row)
+    row = e_g + lt
+    t_mask = (lt < m_g) & (row < M)
+    b_rows = b_ptr + grp.to(tl.int64) * stride_bg + offs_n.to(tl.int64) * stride_bn
+    s2_rows = _scale_row(grp.to(tl.int64) * stride_s2g, offs_n, PK)
+    a_row = a_ptr + row.to(tl.int64) * stride_am
+    s1_row = _scale_row(tl.load(sfoff_ptr + grp).to(tl.int64) * PK, lt, PK)
+    s1_mask = t_mask & (s1_row + (PK // 4 - 1) * 512 + 4 <= s1_capacity)  # (as the tensor-core kernel bounds it)
+
+    offs_w = tl.arange(0, BLOCK_KW)
+    offs_b = tl.arange(0, NB)
+    if EVEN_K:
+        kw_mask = tl.full((BLOCK_KW,), 1, tl.int1)
+    else:
+        kw_mask = offs_w < KW
+    w = tl.load(b_rows[:, None] + offs_w[None, :], mask=n_mask[:, None] & kw_mask[None, :], other=0)
+    a = tl.load(a_row[:, None] + offs_w[None, :], mask=t_mask[:, None] & kw_mask[None, :], other=0)
+    sb = _load_scales(s2_ptr, s2_rows, n_mask, offs_b, PK)
+    sa = _load_scales(s1_ptr, s1_row, s1_mask, offs_b, PK)
+    # The prmt table as per-thread values the compiler cannot fold (M >= 0, so M >> 31 is 0): kept in registers.
+    table_w = ((offs_n & (M >> 31)) + _X2_TABLE_LO)[:, None]
+    table_a = ((offs_b & (M >> 31)) + _X2_TABLE_LO)[None, :]
+    acc = tl.zeros((BLOCK_N, NB), dtype=tl.float32)
+    for k0 in range(0, KW, BLOCK_KW):
+        # The next step's operands first. EVEN_K: the last step reloads itself (no mask along K, so the word
+        # loads vectorize); otherwise what lies past K is masked off.
+        if EVEN_K:
+            nk = tl.minimum(k0 + BLOCK_KW, KW - BLOCK_KW)
+            nkw_mask = kw_mask
+        else:
+            nk = k0 + BLOCK_KW
+            nkw_mask = nk + offs_w < KW
+        kw = nk + offs_w
+        kb = nk // 2 + offs_b
+        n_w = tl.load(b_rows[:, None] + kw[None, :], mask=n_mask[:, None] & nkw_mask[None, :], other=0)
+        n_a = tl.load(a_row[:, None] + kw[None, :], mask=t_mask[:, None] & nkw_mask[None, :], other=0)
+        n_sb = _load_scales(s2_ptr, s2_rows, n_mask, kb, PK)
+        n_sa = _load_scales(s1_ptr, s1_row, s1_mask, kb, PK)
+
+        w0, w1 = tl.split(tl.reshape(w, [BLOCK_N, NB, 2]))
+        a0, a1 = tl.split(tl.reshape(a, [1, NB, 2]))
+        dots = _block_dots(w0, w1, a0, a1, table_w, table_a, ASM)
+        # Exact: the integer (<= 2304) times the two e4m3 scales' product (8 significant bits) fits fp32's 24.
+        acc += dots.to(tl.float32) * (sb.to(tl.float32) * sa.to(tl.float32))
+        w, a, sb, sa = n_w, n_a, n_sb, n_sa
+
+    # The integers are 4x the products (twice each fp4 value); then alpha and one rounding.
+    res = (tl.sum(acc, axis=1) * 0.25) * tl.load(alpha_ptr + grp)  # (x 0.25 first: exact)
+    ptrs = out_ptr + row.to(tl.int64) * stride_om + offs_n
+    tl.store(ptrs, res.to(out_ptr.dtype.element_ty), mask=t_mask & n_mask)
 
 
 def _cutlass_nvfp4_grouped_mm_for(node, mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets,
