@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import statistics
 import multiprocessing as mp
 import os
 import sys
@@ -121,6 +122,19 @@ def save_partial(result: dict, path: str, t_start: float, dev: torch.device) -> 
     result["wall_s"] = round(time.time() - t_start, 1)
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
+
+
+def graph_times(fns: dict, rounds: int, rep_ms: int) -> dict:
+    """{name: (median, min, max) us} of each callable captured alone in a CUDA graph (bench_nvfp4.cuda_graphed),
+    timed by triton.testing.do_bench (L2 cleared before each replay) in ``rounds`` interleaved rounds."""
+    from bench_nvfp4 import cuda_graphed
+
+    replays = {name: cuda_graphed(fn) for name, fn in fns.items()}
+    times = {name: [] for name in replays}
+    for _ in range(rounds):
+        for name, replay in replays.items():
+            times[name].append(triton.testing.do_bench(replay, warmup=10, rep=rep_ms, return_mode="median") * 1e3)
+    return {name: (statistics.median(ts), min(ts), max(ts)) for name, ts in times.items()}
 
 
 def close(out, ref) -> tuple[bool, float]:
