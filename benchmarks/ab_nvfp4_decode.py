@@ -32,7 +32,7 @@ import triton
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kernel_variant  # noqa: E402
-from sweep_nvfp4_gemm import close, graph_times, make_operands, save_partial  # noqa: E402
+from sweep_nvfp4_gemm import close, make_operands, record_graph_times, save_partial  # noqa: E402
 from pyfuser.kernels import nvfp4_grouped_gemm as shipped  # noqa: E402
 from pyfuser.nvfp4 import reference  # noqa: E402
 
@@ -91,12 +91,8 @@ def main() -> int:
                             (out == twin[1]).double().mean().item())
                 entry["rows"][name] = info
             if dev.type == "cuda":
-                timed = graph_times({name: fn for name, (fn, _, _) in rows.items()}, args.rounds, args.rep_ms)
-                for name, (us, us_min, us_max) in timed.items():
-                    entry["rows"][name].update(us=round(us, 2), us_min=round(us_min, 2), us_max=round(us_max, 2))
-                bf16_us = entry["rows"]["bf16"]["us"]
-                for name in rows:
-                    entry["rows"][name]["x_bf16"] = round(bf16_us / entry["rows"][name]["us"], 3)
+                record_graph_times(entry["rows"], {name: fn for name, (fn, _, _) in rows.items()}, args.rounds,
+                                   args.rep_ms)
                 del a16, w16
             result["shapes"].append(entry)
             print(f"\nN={n}, {tpe} tokens/expert (M={m}, G={g}, K={k})")

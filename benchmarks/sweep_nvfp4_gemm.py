@@ -137,6 +137,18 @@ def graph_times(fns: dict, rounds: int, rep_ms: int) -> dict:
     return {name: (statistics.median(ts), min(ts), max(ts)) for name, ts in times.items()}
 
 
+def record_graph_times(entry_rows: dict, fns: dict, rounds: int, rep_ms: int, moved: int = 0) -> None:
+    """graph_times of ``fns`` written into ``entry_rows[name]``: us, us_min, us_max, x_bf16 (against the row named
+    "bf16") and, given the bytes ``moved``, GBps."""
+    for name, (us, us_min, us_max) in graph_times(fns, rounds, rep_ms).items():
+        entry_rows[name].update(us=round(us, 2), us_min=round(us_min, 2), us_max=round(us_max, 2))
+        if moved:
+            entry_rows[name]["GBps"] = round(moved / us / 1e3, 1)
+    bf16_us = entry_rows["bf16"]["us"]
+    for row in entry_rows.values():
+        row["x_bf16"] = round(bf16_us / row["us"], 3)
+
+
 def close(out, ref) -> tuple[bool, float]:
     scale = ref.float().abs().max().item() or 1.0
     err = (out.float() - ref.float()).abs().max().item()
