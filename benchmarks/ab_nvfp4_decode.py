@@ -32,7 +32,7 @@ import triton
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kernel_variant  # noqa: E402
-from sweep_nvfp4_gemm import close, make_operands, record_graph_times, save_partial  # noqa: E402
+from sweep_nvfp4_gemm import check_rows, make_operands, record_graph_times, save_partial  # noqa: E402
 from pyfuser.kernels import nvfp4_grouped_gemm as shipped  # noqa: E402
 from pyfuser.nvfp4 import reference  # noqa: E402
 
@@ -78,18 +78,12 @@ def main() -> int:
                 offs = torch.cumsum(torch.tensor(tokens, device=dev), 0).to(torch.int32)
                 rows["bf16"] = (lambda: torch._grouped_mm(a16, w16.transpose(-2, -1), offs=offs), None, None)
 
-            entry = {"N": n, "tokens_per_expert": tpe, "M": m, "rows": {}}
-            for name, (fn, out, cfg) in rows.items():
-                fn()
-                info = {"config": None if cfg is None else vars(cfg)}
-                if out is not None:
-                    ok, rel = close(out, ref)
-                    info.update(matches_reference=ok, max_rel_err=rel)
-                    twin = rows.get(name.replace("after", "before")) if name.startswith("after") else None
-                    if twin is not None:
-                        info["identical_to_" + name.replace("after", "before")] = (
-                            (out == twin[1]).double().mean().item())
-                entry["rows"][name] = info
+            entry = {"N": n, "tokens_per_expert": tpe, "M": m, "rows": check_rows(rows, ref)}
+            for name, (_, out, _) in rows.items():
+                twin = rows.get(name.replace("after", "before")) if name.startswith("after") else None
+                if out is not None and twin is not None:
+                    entry["rows"][name]["identical_to_" + name.replace("after", "before")] = (
+                        (out == twin[1]).double().mean().item())
             if dev.type == "cuda":
                 record_graph_times(entry["rows"], {name: fn for name, (fn, _, _) in rows.items()}, args.rounds,
                                    args.rep_ms)

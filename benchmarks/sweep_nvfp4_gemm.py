@@ -149,6 +149,20 @@ def record_graph_times(entry_rows: dict, fns: dict, rounds: int, rep_ms: int, mo
         row["x_bf16"] = round(bf16_us / row["us"], 3)
 
 
+def check_rows(rows: dict, ref) -> dict:
+    """{name: info} for rows {name: (fn, out, cfg)}: each fn called once, its config, and where it has an output,
+    whether that matches ``ref`` (``close``)."""
+    infos = {}
+    for name, (fn, out, cfg) in rows.items():
+        fn()
+        info = {"config": None if cfg is None else vars(cfg)}
+        if out is not None:
+            ok, rel = close(out, ref)
+            info.update(matches_reference=ok, max_rel_err=rel)
+        infos[name] = info
+    return infos
+
+
 def close(out, ref) -> tuple[bool, float]:
     scale = ref.float().abs().max().item() or 1.0
     err = (out.float() - ref.float()).abs().max().item()

@@ -27,7 +27,7 @@ import torch
 import triton
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sweep_nvfp4_gemm import close, make_operands, record_graph_times, save_partial  # noqa: E402
+from sweep_nvfp4_gemm import check_rows, make_operands, record_graph_times, save_partial  # noqa: E402
 from pyfuser.kernels import nvfp4_grouped_gemm as gg  # noqa: E402
 from pyfuser.nvfp4 import reference  # noqa: E402
 
@@ -78,16 +78,8 @@ def main() -> int:
                 offs = torch.cumsum(torch.tensor(tokens, device=dev), 0).to(torch.int32)
                 rows["bf16"] = (lambda: torch._grouped_mm(a16, w16.transpose(-2, -1), offs=offs), None, None)
             moved = sum(t.numel() * t.element_size() for t in ops[:4])
-            entry = {"N": n, "tokens_per_expert": tpe, "M": m, "bytes": moved, "rows": {}}
-            for name, (fn, out, cfg) in rows.items():
-                fn()
-                info = {"config": None if cfg is None else vars(cfg)}
-                if out is not None:
-                    ok, rel = close(out, ref)
-                    info.update(matches_reference=ok, max_rel_err=rel)
-                    if not ok:
-                        failures.append((n, tpe, name))
-                entry["rows"][name] = info
+            entry = {"N": n, "tokens_per_expert": tpe, "M": m, "bytes": moved, "rows": check_rows(rows, ref)}
+            failures += [(n, tpe, name) for name, r in entry["rows"].items() if r.get("matches_reference") is False]
             if dev.type == "cuda":
                 record_graph_times(entry["rows"], {name: fn for name, (fn, _, _) in rows.items()}, args.rounds,
                                    args.rep_ms, moved)

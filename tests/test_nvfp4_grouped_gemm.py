@@ -8,6 +8,8 @@ Under TRITON_INTERPRET (CPU) the kernel runs in Triton's interpreter; on a GPU t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -246,9 +248,11 @@ def test_uncovered_rows_are_zeroed_in_a_preallocated_output():
     _check(out, case, torch.bfloat16)
 
 
-def test_strided_vector_operands():
+@pytest.mark.parametrize("tokens", [[7, 0, 30], [1, 0, 1]])  # the tensor-core kernel; the integer kernel
+def test_strided_vector_operands(tokens):
     # alpha and the offsets as every-other-element views, problem_sizes as a column slice of a wider tensor.
-    case = Case([7, 0, 30], 128, 64, seed=8)
+    case = Case(tokens, 128, 64, seed=8)
+    assert default_config(case.m, 128, 64, 3).integer == (max(tokens) == 1)
     mat1, mat2, scale1, scale2, alpha, ps, e_offs, sf_offs = case.args
     spread = [t.repeat_interleave(2)[::2] for t in (alpha, e_offs, sf_offs)]
     assert all(t.stride(0) == 2 for t in spread)
@@ -423,6 +427,20 @@ def test_integer_kernel_matches_oracle(tokens, n, k, block_n, block_k, scale1_fo
     _check(out, case, out_dtype)
     tensor_cores = nvfp4_grouped_mm(*case.args, out_dtype, **vars(gg.tensor_core_config(case.m, n, k, len(tokens))))
     assert (out == tensor_cores).double().mean().item() > 0.9
+
+
+def test_kernel_override_starts_from_that_kernels_default():
+    # integer=False at a one-token shape takes the tensor-core kernel's own config (then any other override).
+    case = Case([1, 1], 64, 128, seed=5)
+    assert default_config(2, 64, 128, 2).integer
+    gemm = gg.GroupedGemm(*case.args, torch.bfloat16, integer=False)
+    assert gemm.cfg == gg.tensor_core_config(2, 64, 128, 2)
+    _check(gemm(*case.args), case, torch.bfloat16)
+    assert gg.GroupedGemm(*case.args, torch.bfloat16, integer=False, block_n=128).cfg.block_n == 128
+    four = Case([4, 4], 64, 128, seed=6)  # the tensor-core kernel's shape: integer=True starts from INTEGER_CONFIG
+    gemm = gg.GroupedGemm(*four.args, torch.bfloat16, integer=True, block_n=16)
+    assert gemm.cfg == replace(gg.INTEGER_CONFIG, block_n=16)
+    _check(gemm(*four.args), four, torch.bfloat16)
 
 
 def test_integer_kernel_gap_rows_and_signed_scales():

@@ -176,7 +176,9 @@ def nvfp4_grouped_mm(
     """NVFP4 grouped GEMM; returns a contiguous ``[M, N]`` tensor of ``out_dtype`` (bf16 or fp16).
 
     Operands as ``fd.ops.cutlass_nvfp4_grouped_mm`` receives them (see the module docstring and
-    ``pyfuser.nvfp4.reference.nvfp4_grouped_mm``). The keyword arguments override ``default_config``'s choice.
+    ``pyfuser.nvfp4.reference.nvfp4_grouped_mm``). The keyword arguments override ``default_config``'s choice
+    (with ``integer`` set against it, they override the default of the kernel it names: ``INTEGER_CONFIG`` or
+    ``tensor_core_config``).
     Offsets and problem sizes are read on the device only: the launches never synchronize with the host. Offsets
     are trusted (the op layer validates them); reads of scale1 are bounded by its storage all the same (a row
     whose scales would extend past its end gets zero scales). ``out``: an optional preallocated ``[M, N]``
@@ -199,11 +201,15 @@ def nvfp4_grouped_mm(
 def _config(m: int, n: int, k: int, g: int, overrides: dict) -> GemmConfig:
     cfg = default_config(m, n, k, g)
     if overrides:
+        # Overrides apply to the default of the kernel they ask for (``integer``, else the default's kernel).
+        if overrides.get("integer", cfg.integer) != cfg.integer:
+            cfg = INTEGER_CONFIG if overrides["integer"] else tensor_core_config(m, n, k, g)
         cfg = replace(cfg, **overrides)
         if cfg.integer:
             if cfg.block_k < 32 or cfg.block_m != 1 or cfg.block_n < 16 or cfg.split_k != 1 or cfg.predequant:
                 contract_error(f"the integer kernel takes block_k >= 32 (two 16-element blocks per step), block_m "
-                               f"1 (one token per program), block_n >= 16, split_k 1 and no predequant, got {cfg}")
+                               f"1 (one token per program), block_n >= 16, split_k 1 and no predequant, got {cfg} "
+                               f"(integer=False selects the tensor-core kernel)")
         else:
             min_k = 16 if cfg.predequant else 128  # an fp16 dot's K, or 8 of them (one per fp4 nibble plane)
             if cfg.block_k < min_k or cfg.block_m < 16 or cfg.block_n < 64 or cfg.split_k < 1 or cfg.group_m < 1:
@@ -697,8 +703,9 @@ def _nvfp4_gemm_kernel(
 # tensor-core kernel's accumulator does. Codes become bytes by byte permutes of a table: a word's 4 low (or high)
 # nibbles are prmt's 4 byte selectors, the fp4 sign bit its sign-replicate bit, which on the all-positive table
 # gives 0 for negative codes; the sign-flipped word gives the negative codes' magnitudes. The weights' positive and
-# negative magnitudes are dotted with the tokens' signed bytes and subtracted. 23 instructions per 16 weights and
-# token where the tensor-core decode loop spends about 70 (4.37 per weight in its sm_90 SASS).
+# negative magnitudes are dotted with the tokens' signed bytes and subtracted: 23 instructions per block of 16
+# weights; with the scales, loads and the token's own decoding the sm_90 loop takes 2.5-2.8 per weight, where the
+# tensor-core decode loop takes 4.37.
 
 # Byte tables of prmt: selector values 0-3 read the first operand's bytes, 4-7 the second's: 2 * |E2M1| by code.
 _X2_TABLE_LO, _X2_TABLE_HI = tl.constexpr(0x03020100), 0x0C080604
@@ -799,10 +806,11 @@ def _nvfp4_gemm_int_kernel(
     ASM: tl.constexpr,
     CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
 ):
-    # Programs: (m-slot, n-tile), m-slot fastest, so that the token tiles of one group (which read the same weight
-    # tile) run side by side and share it through L2. An m-slot is BLOCK_T tokens of one group (_group_tile); each
-    # program sums all of K for its [BLOCK_T, BLOCK_N] outputs (no split-K), BLOCK_KW words (8 * BLOCK_KW codes)
-    # per step, the next step's loads issued before this step's arithmetic.
+    # Programs: (m-slot, n-tile), m-slot fastest, so that the tokens of one group (which read the same weight tile)
+    # run side by side and share it through L2. An m-slot is one token of one group (_group_tile with tiles of 1;
+    # M + G slots cover every token and give each group one); each program sums all of K for its BLOCK_N outputs
+    # (no split-K), BLOCK_KW words (8 * BLOCK_KW codes) per step, the next step's loads issued before this step's
+    # arithmetic.
     pid = tl.program_id(0)
     if CHECK:
         if pid == 0:
