@@ -287,6 +287,9 @@ def test_default_config_heuristic():
     for tokens in range(1, gg.INTEGER_MAX_TOKENS + 1):
         assert default_config(8 * tokens, 2048, 4096, 8) == gg.INTEGER_CONFIG
     assert not default_config(8 * (gg.INTEGER_MAX_TOKENS + 1), 2048, 4096, 8).integer
+    # Few tokens' tiles: split along K (one expert, N=2048: 32 tiles, split 4), but each split keeps two steps.
+    assert default_config(1, 2048, 4096, 1) == replace(gg.INTEGER_CONFIG, split_k=4)
+    assert default_config(1, 2048, 2048, 1).split_k == 2 and default_config(1, 2048, 512, 1).split_k == 1
     tc = gg.tensor_core_config  # the rest: the tensor-core kernel's own choices
     for tokens in (1, 16):
         one = tc(8 * tokens, 2048, 4096, 8)
@@ -342,7 +345,7 @@ def small():
          "block_k must be >= 128 \\(with predequant=False\\), block_m >= 16 and block_n >= 64"),
         (lambda c: dict(out=torch.empty(8, 128, dtype=torch.float16, device=DEVICE)), "out must be a \\[8, 128\\]"),
         (lambda c: dict(integer=True, block_m=2), "the integer kernel takes block_k >= 32"),
-        (lambda c: dict(integer=True, block_m=1, split_k=2), "the integer kernel takes .* split_k 1"),
+        (lambda c: dict(integer=True, block_m=1, split_k=0), "the integer kernel takes .* split_k and num_stages >= 1"),
     ],
 )
 def test_validation_errors(small, change, match):
@@ -415,16 +418,27 @@ def test_decode_kernel_with_the_offsets_check_compiles_for_sm90():
 INTEGER = dict(integer=True, block_m=1, split_k=1)
 
 
-@pytest.mark.parametrize("tokens,n,k,block_n,block_k,scale1_form,out_dtype", [
-    ([1, 2, 0, 3], 64, 128, 16, 64, "layout", torch.bfloat16),  # an empty group, several tokens per group
-    ([0, 1], 48, 256, 32, 128, "plain", torch.float16),  # N not a multiple of the tile; group 0 empty
-    ([2, 1], 32, 192, 16, 128, "layout", torch.bfloat16),  # K not a multiple of the step (masked last step)
-    ([1], 16, 64, 16, 32, "plain", torch.bfloat16),  # one step of two blocks
+@pytest.mark.parametrize("tokens,n,k,block_n,block_k,split_k,scale1_form,out_dtype", [
+    ([1, 2, 0, 3], 64, 128, 16, 64, 1, "layout", torch.bfloat16),  # an empty group, several tokens per group
+    ([0, 1], 48, 256, 32, 128, 1, "plain", torch.float16),  # N not a multiple of the tile; group 0 empty
+    ([2, 1], 32, 192, 16, 128, 1, "layout", torch.bfloat16),  # K not a multiple of the step (masked last step)
+    ([1], 16, 64, 16, 32, 1, "plain", torch.bfloat16),  # one step of two blocks
+    ([1, 0, 2], 32, 256, 16, 64, 2, "layout", torch.bfloat16),  # split-K: 2 runs of 2 steps
+    ([1, 1], 48, 192, 32, 64, 2, "plain", torch.float16),  # 3 steps in runs of 2 and 1
+    ([2, 1], 32, 192, 16, 128, 2, "layout", torch.bfloat16),  # a masked short last run (K % step != 0)
+    ([1], 16, 128, 16, 32, 8, "plain", torch.bfloat16),  # split_k past the step count: 4 runs of one step
 ])
-def test_integer_kernel_matches_oracle(tokens, n, k, block_n, block_k, scale1_form, out_dtype):
+def test_integer_kernel_matches_oracle(tokens, n, k, block_n, block_k, split_k, scale1_form, out_dtype):
     case = Case(tokens, n, k, seed=n + k, scale1_form=scale1_form)
-    out = nvfp4_grouped_mm(*case.args, out_dtype, block_n=block_n, block_k=block_k, **INTEGER)
+    gemm = gg.GroupedGemm(*case.args, out_dtype, **{**INTEGER, "block_n": block_n, "block_k": block_k,
+                                                       "split_k": split_k})
+    assert gemm.split == min(split_k, -(-k // block_k))
+    out = gemm(*case.args)
     _check(out, case, out_dtype)
+    # Split partials are summed in split order and the tile counters are left zero: the next call's bits are the same.
+    assert torch.equal(gemm(*case.args).view(torch.int16), out.view(torch.int16))
+    tensor_cores = nvfp4_grouped_mm(*case.args, out_dtype, **vars(gg.tensor_core_config(case.m, n, k, len(tokens))))
+    assert (out == tensor_cores).double().mean().item() > 0.9
     tensor_cores = nvfp4_grouped_mm(*case.args, out_dtype, **vars(gg.tensor_core_config(case.m, n, k, len(tokens))))
     assert (out == tensor_cores).double().mean().item() > 0.9
 
@@ -455,8 +469,65 @@ def test_integer_kernel_gap_rows_and_signed_scales():
 def test_integer_kernel_ptx_equals_elementwise_form(monkeypatch):
     # The same integers either way, and the same fp32 sums in the same order: bit for bit.
     case = Case([1, 1, 2, 1], 256, 1024, seed=11, scale_bits=(0x01, 0x7e), signed_scales=True)
-    ptx = nvfp4_grouped_mm(*case.args, torch.bfloat16, block_n=64, block_k=512, **INTEGER)
-    monkeypatch.setattr(gg, "interpreting", lambda: True)  # ASM off: the interpreter's element-wise form
-    plain = nvfp4_grouped_mm(*case.args, torch.bfloat16, block_n=64, block_k=512, **INTEGER)
-    assert torch.equal(ptx.view(torch.int16), plain.view(torch.int16))
-    _check(ptx, case, torch.bfloat16)
+    for split_k in (1, 2):
+        cfg = {**INTEGER, "block_n": 64, "block_k": 512, "split_k": split_k}
+        monkeypatch.setattr(gg, "interpreting", lambda: False)
+        ptx = nvfp4_grouped_mm(*case.args, torch.bfloat16, **cfg)
+        monkeypatch.setattr(gg, "interpreting", lambda: True)  # ASM off: the interpreter's element-wise form
+        plain = nvfp4_grouped_mm(*case.args, torch.bfloat16, **cfg)
+        assert torch.equal(ptx.view(torch.int16), plain.view(torch.int16))
+        _check(ptx, case, torch.bfloat16)
+
+
+# Split-K scratch (tile counters and partials): each GroupedGemm owns its pair for its lifetime, so a CUDA graph
+# that captured one GEMM's launches keeps valid pointers whatever other GEMMs allocate later.
+def _split_gemms():
+    small = Case([1], 16, 128, seed=21)
+    large = Case([1, 0, 1], 32, 128, seed=22)
+    cfg = {**INTEGER, "block_n": 16, "block_k": 64, "split_k": 2}
+    return [(case, gg.GroupedGemm(*case.args, torch.bfloat16, **cfg)) for case in (small, large)]
+
+
+def test_split_scratch_is_each_gemms_own_and_kept_between_calls():
+    (small, a), (large, b) = _split_gemms()
+    assert a.split == b.split == 2
+    out_a = a(*small.args)
+    workspace, counters = a._scratch(small.args[4])
+    b(*large.args)  # a larger pair for the other GEMM leaves the first one's in place
+    assert a._scratch(small.args[4])[0].data_ptr() == workspace.data_ptr()
+    assert b._scratch(large.args[4])[1].data_ptr() != counters.data_ptr()
+    assert counters.numel() >= a.scratch_sizes[0] and not counters.any()  # every launch leaves them zero
+    assert torch.equal(a(*small.args).view(torch.int16), out_a.view(torch.int16))
+    _check(out_a, small, torch.bfloat16)
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="CUDA graphs")
+def test_split_gemm_graphs_stay_valid_and_a_first_call_captured_zeroes_its_counters():
+    (small, a), (large, b) = _split_gemms()
+    want_a, want_b = a(*small.args), b(*large.args)
+    out_a = torch.empty_like(want_a)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        a(*small.args, out=out_a)
+    # Another GEMM allocates and runs after the capture: the graph's pointers into a's scratch stay a's.
+    _, c = _split_gemms()[1]
+    got_c = c(*large.args)
+    out_a.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out_a.view(torch.int16), want_a.view(torch.int16))
+    assert torch.equal(got_c.view(torch.int16), want_b.view(torch.int16))
+    # A GEMM whose first call is captured: the counters' zeroing is recorded in the graph, and done by the next
+    # call outside a capture.
+    _, d = _split_gemms()[1]
+    out_d = torch.empty_like(want_b)
+    graph_d = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph_d):
+        d(*large.args, out=out_d)
+    assert d._split_scratch.zero_pending
+    assert torch.equal(d(*large.args).view(torch.int16), want_b.view(torch.int16))
+    assert not d._split_scratch.zero_pending
+    out_d.zero_()
+    graph_d.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out_d.view(torch.int16), want_b.view(torch.int16))

@@ -36,10 +36,12 @@ No host sync; one launch, or 1 + 2 per chunk of experts with ``predequant``:
 - One token per expert (``INTEGER_MAX_TOKENS``): ``_nvfp4_gemm_int_kernel`` computes each 16-element block's dot
   product exactly on the integer units (byte permutes turn codes into twice their values, dp4a multiplies and
   adds 4 at a time; see the comment above it) and sums the scaled blocks in fp32, one token per program. No
-  tensor cores, shared memory or barriers in its loop: 2.5-2.8 sm_90 instructions per weight against the tensor-
-  core loop's 4.4. H200, CUDA graphs, 8 experts, K=4096 (benchmarks/sweep_nvfp4_integer.py): N=14336 130 -> 89 us
-  (2.9x -> 4.3x bf16), N=2048 29.5 -> 21.9 us (2.0x -> 2.7x); at 2 tokens per expert it already loses (N=14336 130
-  vs 145 us), since each token's program decodes the weights again.
+  tensor cores or MMA barriers: with 64-row tiles 2.6 sm_90 instructions per weight (the shared-memory pipeline
+  its loads go through, two steps in flight, included) against the tensor-core loop's 4.4. H200, CUDA graphs, 8 experts,
+  K=4096 (benchmarks/sweep_nvfp4_integer.py): N=14336 130 -> 83 us (2.9x -> 4.5x bf16), N=2048 29.5 -> 21.5 us
+  (2.0x -> 2.8x; 0.87x the time of a plain copy of the same bytes at this size); at 2 tokens per expert it
+  draws at best (N=14336 130 vs 125-133 us), since each token's program decodes the weights again. Split-K as
+  below, by ``integer_config`` where the tokens' tiles are too few to fill the GPU.
 - Prefill (``predequant``): both operands are dequantized once, exactly, to fp16 in k order (``_dequant_a_kernel``,
   ``_dequant_b_kernel``), and the same kernel then runs as a plain fp16 grouped GEMM (``F16``: one dot of
   BLOCK_K per k-tile, both operands through the pipeliner's shared-memory stages). Measured on the H200 (G=8,
@@ -80,7 +82,8 @@ from ..ops.registry import attach
 from ..nvfp4.gemm_contract import check_operands, contract_error, out_torch_dtype
 from .group_offsets_check import fused_check_args, group_offsets_bits
 
-__all__ = ["GemmConfig", "GroupedGemm", "default_config", "nvfp4_grouped_mm", "tensor_core_config"]
+__all__ = ["GemmConfig", "GroupedGemm", "default_config", "integer_config", "nvfp4_grouped_mm",
+           "tensor_core_config"]
 
 _NUM_SMS = 132  # H200; only shapes the heuristic's split-K choice
 # Bytes of dequantized fp16 weights one predequant GEMM launch covers: experts are dequantized and multiplied a
@@ -97,23 +100,39 @@ class GemmConfig:
     group_m: int  # m-tiles per band of the program order (L2 reuse)
     predequant: bool  # dequantize both operands to fp16 in first launches (else in registers in the k loop)
     num_warps: int
-    num_stages: int
+    num_stages: int  # (integer kernel: its k loop's pipeline depth through shared memory; 1 loads in place)
     integer: bool = False  # block dot products on the integer units (_nvfp4_gemm_int_kernel), block_m = 1
 
 
 # Up to this many tokens per expert (on average: the sizes are static, the groups' counts are not) the default is
 # the integer kernel, one token per program (benchmarks/sweep_nvfp4_integer.py).
 INTEGER_MAX_TOKENS = 1
-INTEGER_CONFIG = GemmConfig(1, 32, 512, 1, 1, False, 4, 1, integer=True)
+# 64 weight rows x 512 k per step, 4 warps, 3 stages (two steps in flight through shared memory): on the H200 at
+# G=8, K=4096, one token per expert, 83 us at N=14336 (87 us with one step prefetched in registers, 32-row tiles)
+# and 21.5 us at N=2048, 0.88x the time of a copy of the same bytes (2026-12-04).
+INTEGER_CONFIG = GemmConfig(1, 64, 512, 1, 1, False, 4, 3, integer=True)
 
 
 @functools.lru_cache(maxsize=256)
 def default_config(m: int, n: int, k: int, g: int) -> GemmConfig:
-    """Heuristic from the static sizes only (no host sync): the integer kernel for the fewest tokens per expert,
-    else :func:`tensor_core_config`."""
+    """Heuristic from the static sizes only (no host sync): :func:`integer_config` for the fewest tokens per
+    expert, else :func:`tensor_core_config`."""
     if -(-m // max(g, 1)) <= INTEGER_MAX_TOKENS:
-        return INTEGER_CONFIG
+        return integer_config(m, n, k, g)
     return tensor_core_config(m, n, k, g)
+
+
+@functools.lru_cache(maxsize=256)
+def integer_config(m: int, n: int, k: int, g: int) -> GemmConfig:
+    """INTEGER_CONFIG, split along K while the tokens' tiles (one per token and 64 weight rows) would not give
+    every SM a program and each split keeps >= 2 steps: G=1, N=2048, one token: 12.1 -> 10.7 us with split 4
+    (32 tiles); at G=8 (256 tiles) splitting is slower (21.4 -> 25.3 us with split 2)."""
+    cfg = INTEGER_CONFIG
+    tiles = m * -(-n // cfg.block_n)
+    split = 1
+    while tiles * split * 2 <= _NUM_SMS and k // (cfg.block_k * split * 2) >= 2:
+        split *= 2
+    return replace(cfg, split_k=split)
 
 
 @functools.lru_cache(maxsize=256)
@@ -177,7 +196,7 @@ def nvfp4_grouped_mm(
 
     Operands as ``fd.ops.cutlass_nvfp4_grouped_mm`` receives them (see the module docstring and
     ``pyfuser.nvfp4.reference.nvfp4_grouped_mm``). The keyword arguments override ``default_config``'s choice
-    (with ``integer`` set against it, they override the default of the kernel it names: ``INTEGER_CONFIG`` or
+    (with ``integer`` set against it, they override the default of the kernel it names: ``integer_config`` or
     ``tensor_core_config``).
     Offsets and problem sizes are read on the device only: the launches never synchronize with the host. Offsets
     are trusted (the op layer validates them); reads of scale1 are bounded by its storage all the same (a row
@@ -186,7 +205,7 @@ def nvfp4_grouped_mm(
     zeros). ``shapes``: (M, N, K, G) from ``check_operands`` when the caller already checked the operands (the
     op layer does, on every path), to skip checking them twice. Temporaries: with predequant the fp16 tokens (2*M*K
     bytes) and fp16 weights of a chunk of experts (at most F16_WEIGHT_BUDGET bytes, or one expert's); with split-K
-    an fp32 workspace and a counter per output tile, kept per device and stream between calls (the kernel leaves
+    an fp32 workspace and a counter per output tile (a GroupedGemm keeps its own between calls: the kernel leaves
     the counters zero). The same as preparing a :class:`GroupedGemm` and calling it once."""
     overrides = {key: v for key, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k),
                                         ("split_k", split_k), ("group_m", group_m), ("predequant", predequant),
@@ -203,13 +222,14 @@ def _config(m: int, n: int, k: int, g: int, overrides: dict) -> GemmConfig:
     if overrides:
         # Overrides apply to the default of the kernel they ask for (``integer``, else the default's kernel).
         if overrides.get("integer", cfg.integer) != cfg.integer:
-            cfg = INTEGER_CONFIG if overrides["integer"] else tensor_core_config(m, n, k, g)
+            cfg = (integer_config if overrides["integer"] else tensor_core_config)(m, n, k, g)
         cfg = replace(cfg, **overrides)
         if cfg.integer:
-            if cfg.block_k < 32 or cfg.block_m != 1 or cfg.block_n < 16 or cfg.split_k != 1 or cfg.predequant:
+            if (cfg.block_k < 32 or cfg.block_m != 1 or cfg.block_n < 16 or cfg.split_k < 1 or cfg.num_stages < 1
+                    or cfg.predequant):
                 contract_error(f"the integer kernel takes block_k >= 32 (two 16-element blocks per step), block_m "
-                               f"1 (one token per program), block_n >= 16, split_k 1 and no predequant, got {cfg} "
-                               f"(integer=False selects the tensor-core kernel)")
+                               f"1 (one token per program), block_n >= 16, split_k and num_stages >= 1 and no "
+                               f"predequant, got {cfg} (integer=False selects the tensor-core kernel)")
         else:
             min_k = 16 if cfg.predequant else 128  # an fp16 dot's K, or 8 of them (one per fp4 nibble plane)
             if cfg.block_k < min_k or cfg.block_m < 16 or cfg.block_n < 64 or cfg.split_k < 1 or cfg.group_m < 1:
@@ -240,6 +260,8 @@ class GroupedGemm:
         self.cfg = cfg = _config(m, n, k, g, overrides)
         self.out_stride = n if out_stride is None else out_stride
         self.launches = None  # nothing to launch: an empty result, or zeros (no groups)
+        self.scratch_sizes = (0, 0)  # split-K tile counters and partials that the largest launch needs
+        self._split_scratch: Optional[_SplitScratch] = None  # allocated on first use
         self.checked = None  # the decode launch that also runs ``check`` on the device (fuses_check)
         if m == 0 or n == 0 or g == 0:
             return
@@ -255,30 +277,33 @@ class GroupedGemm:
         # weight passed transposed) is [G, N, K/8], with these word strides.
         stride_am, stride_bg, stride_bn = kw, n * kw, kw
         bkw = max(cfg.block_k // 8, 1)  # words per k-tile
-        self.split = split = min(cfg.split_k, cdiv(kw, bkw))  # every split gets at least one k-tile
+        # Each split takes a run of cdiv(k-tiles, split_k) k-tiles; as many splits as that leaves non-empty.
+        tiles_k = max(cdiv(kw, bkw), 1)
+        self.split = split = cdiv(tiles_k, cdiv(tiles_k, cfg.split_k))
         meta = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split,
                     GROUP_M=cfg.group_m, F16=cfg.predequant, EVEN_K=(kw % bkw == 0), G_BLOCK=g_block)
         ints = (m, n, kw, g, s1_capacity, stride_am, stride_bg, stride_bn, scale2.stride(0), problem_sizes.stride(0),
                 self.out_stride)
 
         def gemm(g_lo, g_hi, check=None):
-            # Groups [g_lo, g_hi): their tiles fit in cdiv(M, BLOCK_M) + (g_hi - g_lo) m-slots (docstring). Returns
-            # (the bound launch, its split-K tile counters and partials).
+            # Groups [g_lo, g_hi): their tiles fit in cdiv(M, BLOCK_M) + (g_hi - g_lo) m-slots (docstring).
             grid_m, grid_n = cdiv(m, cfg.block_m) + g_hi - g_lo, cdiv(n, cfg.block_n)
-            scratch = (grid_m * grid_n, grid_m * grid_n * split * cfg.block_n * cfg.block_m)
+            self._grow_scratch(grid_m * grid_n, grid_m * grid_n * split * cfg.block_n * cfg.block_m)
             checks, check_meta = fused_check_args(check, g, sizes=True)
-            return (bound_launch(_nvfp4_gemm_kernel, (grid_m * grid_n, split, 1), (*ints, g_lo, g_hi, *checks),
-                                 {**meta, **check_meta}, cfg.num_warps, cfg.num_stages, device=dev), scratch)
+            return bound_launch(_nvfp4_gemm_kernel, (grid_m * grid_n, split, 1), (*ints, g_lo, g_hi, *checks),
+                                {**meta, **check_meta}, cfg.num_warps, cfg.num_stages, device=dev)
 
         if cfg.integer:
-            int_meta = dict(BLOCK_N=cfg.block_n, BLOCK_KW=bkw, EVEN_K=kw > 0 and kw % bkw == 0, G_BLOCK=g_block,
-                            ASM=not interpreting())
+            # EVEN_K: every split's run of words is whole steps (a multiple of bkw, KW included).
+            int_meta = dict(BLOCK_N=cfg.block_n, BLOCK_KW=bkw, SPLIT_K=split, EVEN_K=kw > 0 and kw % bkw == 0,
+                            G_BLOCK=g_block, ASM=not interpreting(), STAGES=cfg.num_stages)
+            tiles = (m + g) * cdiv(n, cfg.block_n)  # one token per tile
+            self._grow_scratch(tiles, tiles * split * cfg.block_n)
 
             def int_gemm(check=None):
                 checks, check_meta = fused_check_args(check, g, sizes=True)
-                grid = (m + g) * cdiv(n, cfg.block_n)  # one token per program
-                return (bound_launch(_nvfp4_gemm_int_kernel, (grid, 1, 1), (*ints, *checks),
-                                     {**int_meta, **check_meta}, cfg.num_warps, cfg.num_stages, device=dev), None)
+                return bound_launch(_nvfp4_gemm_int_kernel, (tiles, split, 1), (*ints, *checks),
+                                    {**int_meta, **check_meta}, cfg.num_warps, cfg.num_stages, device=dev)
 
             self.launches = [int_gemm()]
             if check is not None:
@@ -302,7 +327,7 @@ class GroupedGemm:
             dequant_b = bound_launch(_dequant_b_kernel, ((g_hi - g_lo) * cdiv(n, block_r), cdiv(kw, block_w), 1),
                                      (n, kw, g_lo, stride_bg, stride_bn, scale2.stride(0)),
                                      dict(BLOCK_R=block_r, BLOCK_W=block_w), 4, 3, device=dev)
-            self.launches.append((dequant_b, *gemm(g_lo, g_hi)))
+            self.launches.append((dequant_b, gemm(g_lo, g_hi)))
 
     @property
     def fuses_check(self) -> bool:
@@ -327,13 +352,12 @@ class GroupedGemm:
         common = (alpha, problem_sizes, expert_offsets, sf_offsets, out)
         try:
             if not self.cfg.predequant:
-                ((launch, scratch),) = self.launches
+                (launch,) = self.launches
                 if check_flags is not None:
-                    launch, scratch = self.checked
+                    launch = self.checked
                 # The JIT path (first launch of a specialization) takes the packed operands as int32 word views.
                 # (Without a check, any pointer stands for the flags: they are never read.)
-                split_scratch = () if self.cfg.integer else self._scratch(scratch, alpha)
-                tensors = (mat1, scale1, mat2, scale2, *common, *split_scratch,
+                tensors = (mat1, scale1, mat2, scale2, *common, *self._scratch(alpha),
                            alpha if check_flags is None else check_flags)
                 launch(tensors, (), lambda: (_words(mat1), scale1, _words(mat2.transpose(-1, -2)), *tensors[3:]))
                 return out
@@ -341,20 +365,50 @@ class GroupedGemm:
             self.dequant_a((mat1, scale1, problem_sizes, expert_offsets, sf_offsets, a16), (),
                            lambda: (_words(mat1), scale1, problem_sizes, expert_offsets, sf_offsets, a16))
             b16 = torch.empty((self.chunk, n, k), dtype=torch.float16, device=dev)
-            for dequant_b, launch, scratch in self.launches:
+            for dequant_b, launch in self.launches:
                 dequant_b((mat2, scale2, b16), (), lambda: (_words(mat2.transpose(-1, -2)), scale2, b16))
-                launch((a16, scale1, b16, scale2, *common, *self._scratch(scratch, alpha), alpha))
+                launch((a16, scale1, b16, scale2, *common, *self._scratch(alpha), alpha))
         except OutOfResources as e:  # a tile config (given, or the default on a smaller GPU) the device cannot hold
             contract_error(f"the tile config {self.cfg} does not fit this GPU ({e}); choose smaller blocks or fewer "
                            f"stages")
         return out
 
-    def _scratch(self, sizes: tuple, alpha: torch.Tensor) -> tuple:
-        """(workspace, counters) of a split-K launch, found per call: they are kept per stream, which may change."""
+    def _grow_scratch(self, n_counters: int, n_partials: int) -> None:
+        self.scratch_sizes = (max(self.scratch_sizes[0], n_counters), max(self.scratch_sizes[1], n_partials))
+
+    def _scratch(self, alpha: torch.Tensor) -> tuple:
+        """(workspace, counters) of the split-K launches (one pair for all of them: they run one after the
+        other)."""
         if self.split == 1:
             return alpha, alpha  # never touched (SPLIT_K == 1 compiles the split-K epilogue away)
-        counters, workspace = _split_scratch(self.device, *sizes)
-        return workspace, counters
+        scratch = self._split_scratch
+        if scratch is None or scratch.zero_pending:
+            scratch = self._split_scratch = _SplitScratch.ready(scratch, self.device, *self.scratch_sizes)
+        return scratch.workspace, scratch.counters
+
+
+class _SplitScratch:
+    """A GroupedGemm's split-K tile counters and fp32 partial workspace, its own for its lifetime: a CUDA graph that
+    captured its launches keeps pointing at them, so they are never replaced by a larger pair for another GEMM
+    (which freed them under a graph of the first). Its launches run one after the other (one stream at a time;
+    calls on two streams must not overlap), and each leaves the counters zero. Allocated inside a CUDA graph
+    capture, the counters' zeroing is only recorded: every capture then records it again and the next call
+    outside a capture does it (``zero_pending``)."""
+
+    def __init__(self, counters: torch.Tensor, workspace: torch.Tensor, zero_pending: bool):
+        self.counters, self.workspace, self.zero_pending = counters, workspace, zero_pending
+
+    @classmethod
+    def ready(cls, old: "Optional[_SplitScratch]", dev: torch.device, n_counters: int,
+              n_partials: int) -> "_SplitScratch":
+        """``old`` with its counters zeroed (again), or a new pair (zeroed counters)."""
+        capturing = dev.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        if old is None:
+            return cls(torch.zeros((n_counters,), dtype=torch.int32, device=dev),
+                       torch.empty((n_partials,), dtype=torch.float32, device=dev), capturing)
+        old.counters.zero_()
+        old.zero_pending = capturing
+        return old
 
 
 def _words(t: torch.Tensor) -> torch.Tensor:
@@ -362,20 +416,6 @@ def _words(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.uint8).view(torch.int32)
 
 
-_SCRATCH: dict = {}
-
-
-def _split_scratch(dev, n_counters: int, n_partials: int):
-    """Zeroed tile counters and an fp32 partial workspace, kept per (device, stream): launches on one stream run
-    one after the other, and each leaves the counters zero."""
-    stream = torch._C._cuda_getCurrentRawStream(dev.index) if dev.type == "cuda" else 0
-    counters, workspace = _SCRATCH.get((dev, stream), (None, None))
-    if counters is None or counters.numel() < n_counters:
-        counters = torch.zeros((max(n_counters, 1024),), dtype=torch.int32, device=dev)
-    if workspace is None or workspace.numel() < n_partials:
-        workspace = torch.empty((n_partials,), dtype=torch.float32, device=dev)
-    _SCRATCH[(dev, stream)] = (counters, workspace)
-    return counters, workspace
 
 
 @triton.jit
@@ -704,8 +744,8 @@ def _nvfp4_gemm_kernel(
 # nibbles are prmt's 4 byte selectors, the fp4 sign bit its sign-replicate bit, which on the all-positive table
 # gives 0 for negative codes; the sign-flipped word gives the negative codes' magnitudes. The weights' positive and
 # negative magnitudes are dotted with the tokens' signed bytes and subtracted: 23 instructions per block of 16
-# weights; with the scales, loads and the token's own decoding the sm_90 loop takes 2.5-2.8 per weight, where the
-# tensor-core decode loop takes 4.37.
+# weights; with the scales, the loads through the shared-memory pipeline and the token's own decoding the sm_90
+# loop takes 2.6 per weight at 64-row tiles (3.3 at 32), where the tensor-core decode loop takes 4.37.
 
 # Byte tables of prmt: selector values 0-3 read the first operand's bytes, 4-7 the second's: 2 * |E2M1| by code.
 _X2_TABLE_LO, _X2_TABLE_HI = tl.constexpr(0x03020100), 0x0C080604
@@ -799,21 +839,23 @@ def _block_dots(w0, w1, a0, a1, table_w, table_a, ASM: tl.constexpr):
 
 @triton.jit(do_not_specialize=["M", "G", "s1_capacity", "check_m", "check_capacity"])
 def _nvfp4_gemm_int_kernel(
-    a_ptr, s1_ptr, b_ptr, s2_ptr, alpha_ptr, ps_ptr, eoff_ptr, sfoff_ptr, out_ptr, flags_ptr,
+    a_ptr, s1_ptr, b_ptr, s2_ptr, alpha_ptr, ps_ptr, eoff_ptr, sfoff_ptr, out_ptr, ws_ptr, cnt_ptr, flags_ptr,
     M, N, KW, G, s1_capacity, stride_am, stride_bg, stride_bn, stride_s2g, stride_ps, stride_om,
     check_m, check_capacity, check_n, check_k,
-    BLOCK_N: tl.constexpr, BLOCK_KW: tl.constexpr, EVEN_K: tl.constexpr, G_BLOCK: tl.constexpr,
-    ASM: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_KW: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
+    G_BLOCK: tl.constexpr, ASM: tl.constexpr, STAGES: tl.constexpr,
     CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
 ):
-    # Programs: (m-slot, n-tile), m-slot fastest, so that the tokens of one group (which read the same weight tile)
-    # run side by side and share it through L2. An m-slot is one token of one group (_group_tile with tiles of 1;
-    # M + G slots cover every token and give each group one); each program sums all of K for its BLOCK_N outputs
-    # (no split-K), BLOCK_KW words (8 * BLOCK_KW codes) per step, the next step's loads issued before this step's
-    # arithmetic.
+    # Programs: (m-slot, n-tile) on axis 0, m-slot fastest, so that the tokens of one group (which read the same
+    # weight tile) run side by side and share it through L2; the K split on axis 1. An m-slot is one token of one
+    # group (_group_tile with tiles of 1; M + G slots cover every token and give each group one). A program sums
+    # its split's contiguous run of k-steps for its BLOCK_N outputs, BLOCK_KW words (8 * BLOCK_KW codes) per step.
+    # The step loads go through shared memory, STAGES - 1 steps ahead (cp.async; Triton pipelines loads that feed
+    # no dot only when the loop asks): registers alone hold one step ahead, too few bytes in flight per SM.
     pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
     if CHECK:
-        if pid == 0:
+        if (pid == 0) & (pid_k == 0):
             _fused_offsets_check(flags_ptr, ps_ptr, eoff_ptr, sfoff_ptr, G, check_m, check_capacity, check_n,
                                  check_k, stride_ps, CHECK_EVERY_ROW, CHECK_BLOCK)
     num_pid_m = M + G
@@ -822,13 +864,16 @@ def _nvfp4_gemm_int_kernel(
     grp, local = _group_tile(pid_m, ps_ptr, stride_ps, G, 0, G, 1, G_BLOCK)
     if grp >= G:
         return
-    m_g, e_g, offs_n, n_mask = _group_rows(out_ptr, ps_ptr, eoff_ptr, grp, local == 0, G, M, N, pid_n, stride_ps,
-                                           stride_om, 16, BLOCK_N)
+    m_g, e_g, offs_n, n_mask = _group_rows(out_ptr, ps_ptr, eoff_ptr, grp, (local == 0) & (pid_k == 0), G, M, N,
+                                           pid_n, stride_ps, stride_om, 16, BLOCK_N)
     if local >= m_g:
         return
 
     NB: tl.constexpr = BLOCK_KW // 2  # 16-element blocks per step
     PK = KW // 2
+    run = tl.cdiv(tl.cdiv(KW, BLOCK_KW), SPLIT_K) * BLOCK_KW  # words per split (the host leaves none empty)
+    k_lo = pid_k * run
+    k_hi = tl.minimum(k_lo + run, KW)
     lt = local + tl.arange(0, 1)  # the token inside the group (a [1] vector: the tile's one row)
     row = e_g + lt
     t_mask = (lt < m_g) & (row < M)
@@ -840,43 +885,43 @@ def _nvfp4_gemm_int_kernel(
 
     offs_w = tl.arange(0, BLOCK_KW)
     offs_b = tl.arange(0, NB)
-    if EVEN_K:
-        kw_mask = tl.full((BLOCK_KW,), 1, tl.int1)
-    else:
-        kw_mask = offs_w < KW
-    w = tl.load(b_rows[:, None] + offs_w[None, :], mask=n_mask[:, None] & kw_mask[None, :], other=0)
-    a = tl.load(a_row[:, None] + offs_w[None, :], mask=t_mask[:, None] & kw_mask[None, :], other=0)
-    sb = _load_scales(s2_ptr, s2_rows, n_mask, offs_b, PK)
-    sa = _load_scales(s1_ptr, s1_row, s1_mask, offs_b, PK)
     # The prmt table as per-thread values the compiler cannot fold (M >= 0, so M >> 31 is 0): kept in registers.
     table_w = ((offs_n & (M >> 31)) + _X2_TABLE_LO)[:, None]
     table_a = ((offs_b & (M >> 31)) + _X2_TABLE_LO)[None, :]
     acc = tl.zeros((BLOCK_N, NB), dtype=tl.float32)
-    for k0 in range(0, KW, BLOCK_KW):
-        # The next step's operands first. EVEN_K: the last step reloads itself (no mask along K, so the word
-        # loads vectorize); otherwise what lies past K is masked off.
-        if EVEN_K:
-            nk = tl.minimum(k0 + BLOCK_KW, KW - BLOCK_KW)
-            nkw_mask = kw_mask
+    for k0 in tl.range(k_lo, k_hi, BLOCK_KW, num_stages=STAGES):
+        kw = k0 + offs_w
+        if EVEN_K:  # no mask along K, so the word loads vectorize
+            kw_mask = tl.full((BLOCK_KW,), 1, tl.int1)
         else:
-            nk = k0 + BLOCK_KW
-            nkw_mask = nk + offs_w < KW
-        kw = nk + offs_w
-        kb = nk // 2 + offs_b
-        n_w = tl.load(b_rows[:, None] + kw[None, :], mask=n_mask[:, None] & nkw_mask[None, :], other=0)
-        n_a = tl.load(a_row[:, None] + kw[None, :], mask=t_mask[:, None] & nkw_mask[None, :], other=0)
-        n_sb = _load_scales(s2_ptr, s2_rows, n_mask, kb, PK)
-        n_sa = _load_scales(s1_ptr, s1_row, s1_mask, kb, PK)
-
+            kw_mask = kw < k_hi
+        w = tl.load(b_rows[:, None] + kw[None, :], mask=n_mask[:, None] & kw_mask[None, :], other=0)
+        a = tl.load(a_row[:, None] + kw[None, :], mask=t_mask[:, None] & kw_mask[None, :], other=0)
+        sb = _load_scales(s2_ptr, s2_rows, n_mask, k0 // 2 + offs_b, PK)
+        sa = _load_scales(s1_ptr, s1_row, s1_mask, k0 // 2 + offs_b, PK)
         w0, w1 = tl.split(tl.reshape(w, [BLOCK_N, NB, 2]))
         a0, a1 = tl.split(tl.reshape(a, [1, NB, 2]))
         dots = _block_dots(w0, w1, a0, a1, table_w, table_a, ASM)
         # Exact: the integer (<= 2304) times the two e4m3 scales' product (8 significant bits) fits fp32's 24.
         acc += dots.to(tl.float32) * (sb.to(tl.float32) * sa.to(tl.float32))
-        w, a, sb, sa = n_w, n_a, n_sb, n_sa
+    part = tl.sum(acc, axis=1)
+
+    if SPLIT_K > 1:
+        # As the tensor-core kernel: publish this split's partial, count arrivals; the last to arrive sums them all
+        # in split order (the same bits whatever the arrival order) and leaves the counter zero.
+        offs_t = tl.arange(0, BLOCK_N)
+        ws_tile = ws_ptr + pid.to(tl.int64) * (SPLIT_K * BLOCK_N)
+        tl.store(ws_tile + pid_k * BLOCK_N + offs_t, part)
+        tl.debug_barrier()  # every thread's partial is written before the (release) counter update
+        if tl.atomic_add(cnt_ptr + pid, 1, sem="acq_rel", scope="gpu") != SPLIT_K - 1:
+            return
+        part = tl.load(ws_tile + offs_t, cache_modifier=".cg")
+        for s in tl.static_range(1, SPLIT_K):
+            part += tl.load(ws_tile + s * BLOCK_N + offs_t, cache_modifier=".cg")
+        tl.store(cnt_ptr + pid, 0)
 
     # The integers are 4x the products (twice each fp4 value); then alpha and one rounding.
-    res = (tl.sum(acc, axis=1) * 0.25) * tl.load(alpha_ptr + grp)  # (x 0.25 first: exact)
+    res = (part * 0.25) * tl.load(alpha_ptr + grp)  # (x 0.25 first: exact)
     ptrs = out_ptr + row.to(tl.int64) * stride_om + offs_n
     tl.store(ptrs, res.to(out_ptr.dtype.element_ty), mask=t_mask & n_mask)
 
