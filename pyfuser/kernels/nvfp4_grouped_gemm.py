@@ -109,7 +109,7 @@ class GemmConfig:
 INTEGER_MAX_TOKENS = 1
 # 64 weight rows x 512 k per step, 4 warps, 3 stages (two steps in flight through shared memory): on the H200 at
 # G=8, K=4096, one token per expert, 83 us at N=14336 (87 us with one step prefetched in registers, 32-row tiles)
-# and 21.5 us at N=2048, 0.88x the time of a copy of the same bytes (2026-12-04).
+# and 21.5 us at N=2048, 0.87x the time of a plain copy of the same bytes (2026-12-04).
 INTEGER_CONFIG = GemmConfig(1, 64, 512, 1, 1, False, 4, 3, integer=True)
 
 
@@ -125,8 +125,8 @@ def default_config(m: int, n: int, k: int, g: int) -> GemmConfig:
 @functools.lru_cache(maxsize=256)
 def integer_config(m: int, n: int, k: int, g: int) -> GemmConfig:
     """INTEGER_CONFIG, split along K while the tokens' tiles (one per token and 64 weight rows) would not give
-    every SM a program and each split keeps >= 2 steps: G=1, N=2048, one token: 12.1 -> 10.7 us with split 4
-    (32 tiles); at G=8 (256 tiles) splitting is slower (21.4 -> 25.3 us with split 2)."""
+    every SM a program and each split keeps >= 2 steps: G=1, N=2048, one token: 12.2 -> 10.8 us with split 4
+    (32 tiles); at G=8 (256 tiles) splitting is slower (21.4 -> 25.2 us with split 2; 2026-12-04 sweeps)."""
     cfg = INTEGER_CONFIG
     tiles = m * -(-n // cfg.block_n)
     split = 1
