@@ -309,7 +309,7 @@ def _bad(case, **changes):
                     case.args))
     out_dtype = changes.pop("out_dtype", torch.bfloat16)
     kwargs = {k: changes.pop(k) for k in list(changes)
-              if k in ("block_k", "block_m", "block_n", "predequant", "out", "integer", "split_k")}
+              if k in ("block_k", "block_m", "block_n", "predequant", "out", "integer", "split_k", "num_stages")}
     args.update(changes)
     return lambda: nvfp4_grouped_mm(*args.values(), out_dtype, **kwargs)
 
@@ -346,6 +346,7 @@ def small():
         (lambda c: dict(out=torch.empty(8, 128, dtype=torch.float16, device=DEVICE)), "out must be a \\[8, 128\\]"),
         (lambda c: dict(integer=True, block_m=2), "the integer kernel takes block_k >= 32"),
         (lambda c: dict(integer=True, block_m=1, split_k=0), "the integer kernel takes .* split_k and num_stages >= 1"),
+        (lambda c: dict(integer=True, block_m=1, num_stages=0), "the integer kernel takes .* split_k and num_stages >= 1"),
     ],
 )
 def test_validation_errors(small, change, match):
@@ -427,12 +428,15 @@ INTEGER = dict(integer=True, block_m=1, split_k=1)
     ([1, 1], 48, 192, 32, 64, 2, "plain", torch.float16),  # 3 steps in runs of 2 and 1
     ([2, 1], 32, 192, 16, 128, 2, "layout", torch.bfloat16),  # a masked short last run (K % step != 0)
     ([1], 16, 128, 16, 32, 8, "plain", torch.bfloat16),  # split_k past the step count: 4 runs of one step
+    ([1, 1], 16, 320, 16, 64, 4, "layout", torch.bfloat16),  # 5 steps, split 4: runs of 2, so 3 splits
 ])
 def test_integer_kernel_matches_oracle(tokens, n, k, block_n, block_k, split_k, scale1_form, out_dtype):
     case = Case(tokens, n, k, seed=n + k, scale1_form=scale1_form)
     gemm = gg.GroupedGemm(*case.args, out_dtype, **{**INTEGER, "block_n": block_n, "block_k": block_k,
                                                        "split_k": split_k})
-    assert gemm.split == min(split_k, -(-k // block_k))
+    steps = -(-k // block_k)
+    run = -(-steps // split_k)  # each split's steps; every split the host launches has some
+    assert gemm.split == -(-steps // run) and (gemm.split - 1) * run < steps
     out = gemm(*case.args)
     _check(out, case, out_dtype)
     # Split partials are summed in split order and the tile counters are left zero: the next call's bits are the same.

@@ -416,8 +416,6 @@ def _words(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.uint8).view(torch.int32)
 
 
-
-
 @triton.jit
 def _fp4_pair(w, scale, P: tl.constexpr):
     """Codes at nibbles P and P+4 of int32 words -> (lo, hi) fp16 tensors equal to fp4 * scale * 2**-7.
