@@ -10,7 +10,7 @@ import torch
 from pyfuser import DataType, FusionDefinition
 from pyfuser.codegen.launcher import triton_usable
 
-from harness import DEVICE, assert_same, check_fusion, make
+from harness import DEVICE, assert_same, check_fusion, define, make
 from test_codegen_views import bits_equal
 
 pytestmark = pytest.mark.skipif(not triton_usable(DEVICE), reason="generated kernels need CUDA or TRITON_INTERPRET=1")
@@ -297,6 +297,52 @@ def test_persistent_rows_of_two_levels_run_32_bf16_elements_per_thread(reduction
     # reductions, 1 row on 1 warp (32 elements per thread: one cross-warp meeting fewer per level).
     plan = _one_or_two_levels(_bf16_rows(8, 1024, layout), reduction)
     assert (plan.mode, plan.block_r, plan.num_warps) == ("persistent", rows, warps)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "sliced"])
+@pytest.mark.parametrize("dtype, cols, split", [
+    (torch.bfloat16, 4096, True),  # rows of 4095: 15 tiles of 256 inside the row, one of 255
+    (torch.bfloat16, 301, True),  # 300: one tile of 256, one of 44
+    (torch.float32, 258, True),  # 257: a last tile of one column
+    (torch.bfloat16, 1001, False),  # 1000 = 8 * 125: bf16 vectors of 8 end at the row's end
+    (torch.bool, 1001, True),  # ... but a bool row's 16-byte vectors do not
+    (torch.bfloat16, 101, False),  # narrower than pw_ragged_min_cols: one masked tile
+])
+def test_ragged_rows_split_off_their_interior_tiles(dtype, cols, split, layout):
+    # x[:, 1:] op y[:, :-1] over rows of cols - 1 elements (slice+add+mul of bench_fusions): the tiles wholly
+    # inside a row run without a column mask (Emitter.split_interior), the row's last tile with it. NaN, +-inf
+    # and -0.0 sit in both kinds of tile; "sliced": y a column window of a wider tensor (row pitch cols + 5).
+    rows = 5
+    x = make((rows, cols), dtype)
+    y = make((rows, cols), dtype) if layout == "contiguous" else make((rows, cols + 5), dtype)[:, 2:cols + 2]
+    if dtype.is_floating_point:
+        for t in (x, y):
+            t[0, 1], t[1, cols - 1], t[2, cols - 2], t[3, 2] = float("nan"), float("inf"), float("-inf"), -0.0
+            t[4, :] = -0.0
+    dt = {torch.bfloat16: DataType.BFloat16, torch.float32: DataType.Float, torch.bool: DataType.Bool}[dtype]
+
+    def fn(fd):
+        a = fd.ops.slice(fd.define_tensor([-1, -1], dtype=dt), [0, 1], [rows, cols])
+        b = fd.ops.slice(fd.define_tensor([-1, -1], dtype=dt, stride_order=[1, 0]), [0, 0], [rows, cols - 1])
+        if dtype == torch.bool:
+            fd.add_output(fd.ops.bitwise_xor(a, b))
+        else:
+            fd.add_output(fd.ops.cast(fd.ops.mul(fd.ops.add(a, b), 0.5), dt))
+
+    def eager(x, y):
+        if dtype == torch.bool:
+            return x[:, 1:] ^ y[:, :-1]
+        return ((x[:, 1:].float() + y[:, :-1].float()) * 0.5).to(dtype)
+
+    fd = define(fn)
+    (out,) = fd.execute([x, y])
+    bits_equal(out, eager(x, y))
+    check_fusion(fn, [x, y], eager, atol=0, rtol=0)
+    plan = fd.last_runtime().kernel_step(0).plan
+    assert plan.mode == "pointwise"
+    assert ("if pid_c * BLOCK_C + BLOCK_C <= n_cols:" in plan.source) == split
+    if split:  # at least one tile inside the row
+        assert plan.block_c <= cols - 1
 
 
 def test_product_over_a_materialized_expanded_dim():

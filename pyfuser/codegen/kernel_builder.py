@@ -512,9 +512,22 @@ class Emitter:
     """Writes the kernel source for a KernelBuilder and a row/column index structure."""
 
     def __init__(self, kb: KernelBuilder, params: list[TensorParam], n_row_dims: int, n_col_dims: int,
-                 mode: str, index64: bool, n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0):
+                 mode: str, index64: bool, n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0,
+                 split_interior: int = 0):
         assert mode in ("pointwise", "persistent", "looped")
+        assert not split_interior or mode == "pointwise"
         self.kb, self.params = kb, params
+        # A pointwise kernel over rows whose width is not a multiple of a 16-byte vector (``split_interior``
+        # elements of the narrowest column tensor): the column mask ``c < n_cols`` then has constancy 1 in
+        # Triton's alignment analysis, and every masked load and store of the kernel is scalar. Tiles wholly
+        # inside the row take a branch of their own where the column mask is a constant True (row masks alone
+        # are constant along a row); the row's last tile masks its columns up to the last multiple of a vector
+        # (constant over each vector) and writes the few columns after it as a tile of one vector's width. So
+        # every access is vectorized but those of that narrow tile (plan.py picks tiles narrower than the row).
+        self.split_interior = split_interior
+        # The tile being written: its width and the suffix of its variables' names (a row's last few columns get
+        # a narrower tile of their own, names apart: Triton wants each name to keep one type across an if).
+        self.bc, self.sfx = "BLOCK_C", ""
         # A looped kernel over a row of exactly this many BLOCK_C tiles (0: any number) unrolls its column loops:
         # the passes then read tiles the compiler can keep in registers, a row held in pieces (plan.py, row_tiles).
         self.row_tiles = row_tiles
@@ -532,6 +545,10 @@ class Emitter:
         self.indent = 1
 
     # --- helpers -------------------------------------------------------------------------------------------
+    def _n(self, v: KValue) -> str:
+        """What the source calls ``v``: a literal, an argument, or its variable in the tile being written."""
+        return _expr(v) if v.kind in ("const", "arg") else v.var + self.sfx
+
     def w(self, line: str) -> None:
         self.lines.append("    " * self.indent + line)
 
@@ -566,33 +583,33 @@ class Emitter:
         if v.kind == "load":
             p = v.param
             zero = "0.0" if p.dtype.is_floating_point else "0"  # Triton casts no int to fp8
-            extra = "".join(f" + {_expr(i)}.to(tl.int64) * {g}" for i, g in zip(v.operands, p.gathers))
+            extra = "".join(f" + {self._n(i)}.to(tl.int64) * {g}" for i, g in zip(v.operands, p.gathers))
             if p.base:
                 extra += f" + {p.base}"
             if p.has_col and not p.has_row and not v.operands:  # e.g. a bias: one [1, BLOCK_C] row
-                addr, mask = f"{p.name}_coff", "cmask"
+                addr, mask = f"{p.name}_coff{self.sfx}", f"cmask{self.sfx}"
             elif p.has_col:
-                addr, mask = f"{p.name}_roff + {p.name}_coff", col_mask
+                addr, mask = f"{p.name}_roff + {p.name}_coff{self.sfx}", col_mask
             else:
                 addr, mask = f"{p.name}_roff", col_mask if v.full else "rmask"
             if v.template == "mask":
-                mask = f"({mask}) & {_expr(v.operands[-1])}"
+                mask = f"({mask}) & {self._n(v.operands[-1])}"
             hint = f", eviction_policy='{self._load_policy}'" if self._load_policy and p.has_row else ""
-            self.w(f"{v.var} = tl.load({p.name}_ptr + {addr}{extra}, mask={mask}, other={zero}{hint})")
+            self.w(f"{self._n(v)} = tl.load({p.name}_ptr + {addr}{extra}, mask={mask}, other={zero}{hint})")
         elif v.kind == "op":
-            self.w(f"{v.var} = {v.template.format(*[_expr(o) for o in v.operands])}")
+            self.w(f"{self._n(v)} = {v.template.format(*[self._n(o) for o in v.operands])}")
         elif v.kind == "flag":
             # Any lane flagged sets the slot (every program writes the same 1: no read-modify-write race).
             (bad,) = v.operands
-            any_bad = f"tl.max(tl.where({col_mask}, {_expr(bad)}, 0).to(tl.int32))"
+            any_bad = f"tl.max(tl.where({col_mask}, {self._n(bad)}, 0).to(tl.int32))"
             self.w(f"tl.store(err_ptr + {v.template}, tl.full([], 1, tl.int32), mask={any_bad} > 0)")
         elif v.kind == "scan":
             if self.mode != "persistent":
                 raise ValueError("internal error: a scan outside a persistent kernel")
             (x,) = v.operands
-            src = _expr(x) if x.full else f"tl.broadcast_to({_expr(x)}, [BLOCK_R, BLOCK_C])"
+            src = self._n(x) if x.full else f"tl.broadcast_to({self._n(x)}, [BLOCK_R, {self.bc}])"
             # Lanes past the row end come after every real lane: they never reach a real prefix.
-            self.w(f"{v.var} = {SCANS[v.reduction].format(x=src)}")
+            self.w(f"{self._n(v)} = {SCANS[v.reduction].format(x=src)}")
         elif v.kind == "argsort":
             self._emit_argsort(v)
         elif v.kind == "search":
@@ -600,12 +617,12 @@ class Emitter:
         elif v.kind == "reduce":
             (x,) = v.operands
             ident = identity_literal(v.reduction, v.dtype)
-            src = _expr(x)
+            src = self._n(x)
             if x.full:
                 src = f"tl.where({col_mask}, {src}, {ident})"
             else:  # a per-row value reduced over columns: broadcast it over the tile first
-                src = f"tl.where({col_mask}, tl.broadcast_to({src}, [BLOCK_R, BLOCK_C]), {ident})"
-            self.w(f"{v.var} = {REDUCTIONS[v.reduction][2].format(x=src)}")
+                src = f"tl.where({col_mask}, tl.broadcast_to({src}, [BLOCK_R, {self.bc}]), {ident})"
+            self.w(f"{self._n(v)} = {REDUCTIONS[v.reduction][2].format(x=src)}")
         scope.emitted.add(v.uid)
 
     def _emit_argsort(self, v: KValue) -> None:
@@ -616,11 +633,11 @@ class Emitter:
         if self.mode != "persistent":
             raise ValueError("internal error: an argsort outside a persistent kernel")
         key, col = v.operands
-        k, c, r = _expr(key), _expr(col), v.var
+        k, c, r = self._n(key), self._n(col), self._n(v)
         if not key.full:
-            k = f"tl.broadcast_to({k}, [BLOCK_R, BLOCK_C])"
+            k = f"tl.broadcast_to({k}, [BLOCK_R, {self.bc}])"
         is_float = key.dtype.is_floating_point
-        self.w(f"{r}_rank = tl.zeros([BLOCK_R, BLOCK_C], tl.int32)")
+        self.w(f"{r}_rank = tl.zeros([BLOCK_R, {self.bc}], tl.int32)")
         self.w(f"for {r}_j in range(0, n_cols):")
         self.indent += 1
         self.w(f"{r}_kj = tl.sum(tl.where({c} == {r}_j, {k}, 0), axis=1, keep_dims=True)")
@@ -635,7 +652,7 @@ class Emitter:
             tie = f"({tie} | ({nan_j} & {nan_i}))"
         self.w(f"{r}_rank += ({before} | ({tie} & ({r}_j < {c}))).to(tl.int32)")
         self.indent -= 1
-        self.w(f"{r} = tl.zeros([BLOCK_R, BLOCK_C], tl.int32)")
+        self.w(f"{r} = tl.zeros([BLOCK_R, {self.bc}], tl.int32)")
         self.w(f"for {r}_i in range(0, n_cols):")
         self.indent += 1
         self.w(f"{r}_ri = tl.sum(tl.where({c} == {r}_i, {r}_rank, 0), axis=1, keep_dims=True)")
@@ -647,43 +664,46 @@ class Emitter:
         start, so every iteration assigns them the same type; ``hit`` and ``bad`` (and whatever they read that
         depends on ``j``) are emitted inside the loop, in a scope of their own."""
         j, hit, bad = v.body
-        r, shape = v.var, "[BLOCK_R, BLOCK_C]" if v.full else "[BLOCK_R, 1]"
+        r, shape = self._n(v), f"[BLOCK_R, {self.bc}]" if v.full else "[BLOCK_R, 1]"
         self.w(f"{r} = tl.full({shape}, -1, tl.int32)")
         self.w(f"{r}_bad = tl.zeros({shape}, tl.int1)")
-        self.w(f"for {_expr(j)} in range(0, {_expr(v.operands[0])}):")
+        self.w(f"for {self._n(j)} in range(0, {self._n(v.operands[0])}):")
         self.indent += 1
         inner = _Scope(scope)
         self.emit_node(hit, inner, col_mask)
         self.emit_node(bad, inner, col_mask)
-        self.w(f"{r} = tl.where({_expr(hit)}, {_expr(j)}, {r})")
-        self.w(f"{r}_bad = {r}_bad | {_expr(bad)}")
+        self.w(f"{r} = tl.where({self._n(hit)}, {self._n(j)}, {r})")
+        self.w(f"{r}_bad = {r}_bad | {self._n(bad)}")
         self.indent -= 1
         self.w(f"{r} = tl.where({r}_bad, -2, {r})")
 
-    def _col_setup(self, col_base: str) -> None:
-        self.w(f"c = {col_base} + tl.arange(0, BLOCK_C)[None, :]")
+    def _col_setup(self, col_base: str, end: str = "n_cols") -> None:
+        """The tile's columns ``c`` from ``col_base`` on, ``cmask`` (those before ``end``) and each tensor's
+        column offsets."""
+        c = f"c{self.sfx}"
+        self.w(f"{c} = {col_base} + tl.arange(0, {self.bc})[None, :]")
         if self.index64:
-            self.w("c = c.to(tl.int64)")
-        self.w("cmask = c < n_cols")
-        ccoords = self._coords("c", "cc", [f"cs{i}" for i in range(self.n_col_dims)])
+            self.w(f"{c} = {c}.to(tl.int64)")
+        self.w(f"cmask{self.sfx} = {c} < {end}")
+        ccoords = self._coords(c, f"cc{self.sfx}", [f"cs{i}" for i in range(self.n_col_dims)])
         for p in self.params:
             if p.has_col:
-                self.w(f"{p.name}_coff = {self._offset(p.col_terms, ccoords, 'c')}")
+                self.w(f"{p.name}_coff{self.sfx} = {self._offset(p.col_terms, ccoords, c)}")
 
     def _store(self, p: TensorParam, v: KValue, scope: _Scope) -> None:
         if p.has_col:
-            mask = "rmask & cmask"
+            mask = f"rmask & cmask{self.sfx}"
             narrow = self.kb.store_masks.get(p.name)
             if narrow is not None:
                 self.emit_node(narrow, scope, mask)
-                mask += f" & {_expr(narrow)}"
+                mask += f" & {self._n(narrow)}"
             # Wide rows' outputs are written once and not read again here: stream them past L2 (.cs).
             hint = ", cache_modifier='.cs'" if self.wide else ""
-            self.w(f"tl.store({p.name}_ptr + {p.name}_roff + {p.name}_coff, {_expr(v)}, mask={mask}{hint})")
+            self.w(f"tl.store({p.name}_ptr + {p.name}_roff + {p.name}_coff{self.sfx}, {self._n(v)}, mask={mask}{hint})")
         else:
             if v.full:  # the plan gave a column-varying value to a tensor without column dims
                 raise ValueError(f"internal error: per-row output {p.name} receives a full tile")
-            self.w(f"tl.store({p.name}_ptr + {p.name}_roff, {_expr(v)}, mask={self._row_store_mask})")
+            self.w(f"tl.store({p.name}_ptr + {p.name}_roff, {self._n(v)}, mask={self._row_store_mask})")
 
     def source(self, name: str) -> str:
         kb = self.kb
@@ -724,13 +744,39 @@ class Emitter:
         row_stores = [(p, v) for p, v in kb.stores if not p.has_col]
         if self.mode in ("pointwise", "persistent"):
             self._col_setup("pid_c * BLOCK_C" if self.mode == "pointwise" else "0")
-            mask = "rmask & cmask"
-            for p, v in kb.stores:
-                self.emit_node(v, top, mask)
-                self._store(p, v, top)
+            if self.split_interior:
+                vec = self.split_interior
+                self.w(f"n_cols_v = n_cols // {vec} * {vec}")
+                # (both branches bind the same names to the same types, as Triton requires of an if)
+                self.w("if pid_c * BLOCK_C + BLOCK_C <= n_cols:")
+                self.indent += 1
+                self.w("cmask = tl.full([1, BLOCK_C], 1, tl.int1)")
+                self._emit_stores(_Scope(top))
+                self.indent -= 1
+                self.w("else:")
+                self.indent += 1
+                self.w("cmask = c < n_cols_v")
+                self._emit_stores(_Scope(top))
+                # The row's last n_cols % vec columns: BLOCK_C and the tile's start are multiples of vec, so they
+                # lie in this tile, after the columns just written. Per-row outputs are written above already.
+                self.bc, self.sfx = str(vec), "_t"
+                self._col_setup("n_cols_v")
+                self._emit_stores(_Scope(top), per_row=False)
+                self.bc, self.sfx = "BLOCK_C", ""
+                self.indent -= 1
+            else:
+                self._emit_stores(top)
         else:
             self._emit_looped(top, full_stores, row_stores)
         return "\n".join(self.lines) + "\n"
+
+    def _emit_stores(self, scope: _Scope, per_row: bool = True) -> None:
+        """Every output's value and its store (``per_row``: those of per-row outputs too), over the current tile
+        (pointwise and persistent kernels)."""
+        for p, v in self.kb.stores:
+            if per_row or p.has_col:
+                self.emit_node(v, scope, f"rmask & cmask{self.sfx}")
+                self._store(p, v, scope)
 
     def _emit_looped(self, top: _Scope, full_stores, row_stores) -> None:
         kb = self.kb
@@ -752,12 +798,12 @@ class Emitter:
                 x = v.operands[0]
                 self.emit_node(x, inner, "rmask & cmask")
                 ident = identity_literal(v.reduction, v.dtype)
-                src = _expr(x) if x.full else f"tl.broadcast_to({_expr(x)}, [BLOCK_R, BLOCK_C])"
+                src = self._n(x) if x.full else f"tl.broadcast_to({self._n(x)}, [BLOCK_R, {self.bc}])"
                 combined = REDUCTIONS[v.reduction][1].format(a=f"acc{v.uid}", b=f"tl.where(rmask & cmask, {src}, {ident})")
                 self.w(f"acc{v.uid} = {combined}")
             self.indent -= depth
             for v in these:
-                self.w(f"{v.var} = {REDUCTIONS[v.reduction][2].format(x=f'acc{v.uid}')}")
+                self.w(f"{self._n(v)} = {REDUCTIONS[v.reduction][2].format(x=f'acc{v.uid}')}")
                 top.emitted.add(v.uid)
         self._load_policy = ""
         for p, v in row_stores:
@@ -853,11 +899,14 @@ def _bf16_row_divisions(kb: KernelBuilder) -> None:
 
 
 def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, mode, index64,
-                  n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0, lanes_per_thread: int = 1) -> str:
-    """``lanes_per_thread``: elements of a [BLOCK_R, BLOCK_C] tile each thread holds (1 where unknown)."""
+                  n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0, lanes_per_thread: int = 1,
+                  split_interior: int = 0) -> str:
+    """``lanes_per_thread``: elements of a [BLOCK_R, BLOCK_C] tile each thread holds (1 where unknown).
+    ``split_interior``: see Emitter."""
     _mark_arithmetic_min_max(kb)
     if lanes_per_thread % 4 == 0 and not interpreting():
         _bf16_row_divisions(kb)
-    body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64, n_cols_factor, row_tiles, wide).source(name)
+    body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64, n_cols_factor, row_tiles, wide,
+                   split_interior).source(name)
     header = "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n"
     return header + PRELUDE + "\n\n" + body

@@ -307,20 +307,25 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
     else:
         mode = "looped"
         wide = wide_rows(n_cols, itemsize, kb.max_level)
+    n_cols_factor = _aligned_factor(n_cols, 1)
+    # Rows whose width is no multiple of every column tensor's 16-byte vector (Emitter.split_interior).
+    min_itemsize = min((p.dtype.itemsize for p in params if p.has_col), default=16)
+    ragged = (mode == "pointwise" and len(col_runs) == 1 and n_cols_factor * min_itemsize < 16 and not embedded
+              and prologue_of is None and n_cols >= TUNING["pw_ragged_min_cols"])
+    split_interior = 16 // min_itemsize if ragged else 0  # (one vector of the narrowest column tensor)
     if tiles is not None:
         (block_c, n_tiles, num_warps), block_r = tiles, 1
     else:
         n_tiles = 0
-        block_r, block_c, num_warps = _blocks(mode, n_rows, n_cols, itemsize, kb.max_level)
+        block_r, block_c, num_warps = _blocks(mode, n_rows, n_cols, itemsize, kb.max_level, ragged)
         if wide is not None:
             block_c, unroll, num_warps, programs = wide
-    n_cols_factor = _aligned_factor(n_cols, 1)
     # Tiles of at least four elements per thread are a power-of-two multiple of four per thread. (A load
     # prologue's or an epilogue's code runs inside a hand-written kernel whose tiles or warps this plan does not
     # fix: 1, unknown.)
     lanes = block_r * block_c // (32 * num_warps) if prologue_of is None and not embedded else 1
     source_body = kernel_source("KERNEL", kb, params, len(row_runs), len(col_runs), mode, index64, n_cols_factor,
-                                n_tiles, unroll if wide else 0, lanes if lanes >= 4 else 1)
+                                n_tiles, unroll if wide else 0, lanes if lanes >= 4 else 1, split_interior)
     name = "pf_" + mode + "_" + hashlib.sha1(source_body.encode()).hexdigest()[:12]
     source = source_body.replace("def KERNEL(", f"def {name}(")
     n_blocks_r = -(-n_rows // block_r)
@@ -546,6 +551,14 @@ TUNING = {
     "pw_elems": 4096,
     "pw_max_block_c": 2048,  # column tile of a 2-D pointwise kernel
     "pw_warps": 8,
+    # Rows at least this wide whose width is no multiple of a vector: column tile (at most the row's width).
+    # benchmarks/sweep_ragged.py (2026-12-04-ragged-sweep.jsonl, before the last tile's vector-wide tail), bf16
+    # slice+add+mul, % of copy with tiles of 1024 / 512 / 256 / 128: [32768, 1023] 81.6 / 81.5 / 84.0 / 81.5,
+    # [8191, 4999] 84.1 / 85.5 / 85.8 / 65.3, wider rows 91-93% down to 256, 89-91% at 128 (one masked tile:
+    # 77-83%). With the tail (-run2): 84.2 / 83.3 / 84.1 / 80.4 and 86.4 / 86.4 / 82.5 / 75.0 (run-to-run noise
+    # is about 2 points); 256 has the best mean of the two runs.
+    "pw_ragged_min_cols": 128,
+    "pw_ragged_block_c": 256,
     "persistent_max_cols": 16384,  # longer rows use the looped kernel
     "persistent_elems": 2048,  # rows per program: up to this many elements
     "persistent_warps": {2048: 4, 8192: 8, 1 << 62: 16},  # by elements per program
@@ -647,11 +660,15 @@ def row_tiles(n_cols: int, passes: int = 1, itemsize: int = 4) -> Optional[tuple
     return None
 
 
-def _blocks(mode: str, n_rows: int, n_cols: int, itemsize: int, passes: int = 1):
+def _blocks(mode: str, n_rows: int, n_cols: int, itemsize: int, passes: int = 1, ragged: bool = False):
     t = TUNING
     if mode == "pointwise":
         target = t["pw_elems_narrow"] if itemsize <= 2 else t["pw_elems"]
-        if n_rows == 1:
+        if ragged:
+            # Column tiles narrower than the row: all but its last tile are vectorized (Emitter.split_interior).
+            block_c = min(t["pw_ragged_block_c"], 1 << (n_cols.bit_length() - 1))
+            block_r = max(1, min(next_pow2(n_rows), target // block_c))
+        elif n_rows == 1:
             block_c, block_r = min(next_pow2(max(n_cols, 1)), target), 1
         else:
             # The widest column tile that divides the row (no masked tail), else the narrower default.
