@@ -313,11 +313,17 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
     ragged = (mode == "pointwise" and len(col_runs) == 1 and n_cols_factor * min_itemsize < 16 and not embedded
               and prologue_of is None and n_cols >= TUNING["pw_ragged_min_cols"])
     split_interior = 16 // min_itemsize if ragged else 0  # (one vector of the narrowest column tensor)
+    # A row vector broadcast over the tile's rows (a bias: a column tensor without row dims, not gathered);
+    # _blocks caps the warps of such a pointwise kernel, except over ragged rows, whose 256-column tiles the cap
+    # would leave on one warp (and a 4999-column bf16 bias kernel compiles without a layout conversion).
+    row_vector = any(v.kind == "load" and v.param.has_col and not v.param.has_row and not v.operands
+                     for v in kb.nodes)
     if tiles is not None:
         (block_c, n_tiles, num_warps), block_r = tiles, 1
     else:
         n_tiles = 0
-        block_r, block_c, num_warps = _blocks(mode, n_rows, n_cols, itemsize, kb.max_level, ragged)
+        block_r, block_c, num_warps = _blocks(mode, n_rows, n_cols, itemsize, kb.max_level, ragged,
+                                              16 // min_itemsize if row_vector and not ragged else 0)
         if wide is not None:
             block_c, unroll, num_warps, programs = wide
     # Tiles of at least four elements per thread are a power-of-two multiple of four per thread. (A load
@@ -559,6 +565,8 @@ TUNING = {
     # is about 2 points); 256 has the best mean of the two runs.
     "pw_ragged_min_cols": 128,
     "pw_ragged_block_c": 256,
+    "pw_row_vector_warps": True,  # at most BLOCK_C / (32 x vector) warps with a broadcast row vector (_blocks)
+    "pw_row_vector_keep_tile": False,  # ... keeping the tile (more elements per thread) instead of shrinking it
     "persistent_max_cols": 16384,  # longer rows use the looped kernel
     "persistent_elems": 2048,  # rows per program: up to this many elements
     "persistent_warps": {2048: 4, 8192: 8, 1 << 62: 16},  # by elements per program
@@ -660,7 +668,10 @@ def row_tiles(n_cols: int, passes: int = 1, itemsize: int = 4) -> Optional[tuple
     return None
 
 
-def _blocks(mode: str, n_rows: int, n_cols: int, itemsize: int, passes: int = 1, ragged: bool = False):
+def _blocks(mode: str, n_rows: int, n_cols: int, itemsize: int, passes: int = 1, ragged: bool = False,
+            row_vector: int = 0):
+    """``row_vector``: the elements of a 16-byte vector of the narrowest column tensor, when the kernel reads a
+    row vector (a bias) broadcast over its tile's rows; else 0."""
     t = TUNING
     if mode == "pointwise":
         target = t["pw_elems_narrow"] if itemsize <= 2 else t["pw_elems"]
@@ -676,6 +687,18 @@ def _blocks(mode: str, n_rows: int, n_cols: int, itemsize: int, passes: int = 1,
             block_c = min(next_pow2(max(n_cols, 1)), wide if n_cols % wide == 0 else max(wide // 2, 1))
             block_r = max(1, min(next_pow2(n_rows), target // block_c))
         num_warps = 4 if block_r * block_c <= 2048 else t["pw_warps"]
+        fit = max(1, block_c // (32 * row_vector)) if row_vector and t["pw_row_vector_warps"] else num_warps
+        if num_warps > fit:
+            # Triton lays a [1, BLOCK_C] load out over all the program's threads: below a vector per thread its
+            # layout differs from the [BLOCK_R, BLOCK_C] tiles it is broadcast into, and every tile then passes
+            # through shared memory twice (a layout conversion to the row vector's layout and back for the
+            # store, with barriers). Fewer warps, as many elements per thread (benchmarks/
+            # sweep_pointwise_warps.py, 2026-12-04-pointwise-warps*.jsonl, two runs): bf16 tanh-GELU tiles [4,
+            # 1024] on 8 warps -> [2, 1024] on 4 at [32768, 1024] 60.5 -> 67-68% of copy, [8191, 5000] 58 -> 67-68%;
+            # x + b there 84-87% either way. Keeping the tile on 4 warps: GELU 65-69%, x + b 84-85%.
+            if not t["pw_row_vector_keep_tile"]:
+                block_r = max(1, block_r * fit // num_warps)
+            num_warps = fit
     elif mode == "persistent":
         block_c = next_pow2(max(n_cols, 1))
         block_r = max(1, min(next_pow2(max(n_rows, 1)), t["persistent_elems"] // block_c))
