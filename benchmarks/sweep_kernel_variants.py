@@ -18,7 +18,9 @@ Sections:
 - ``clusters``: ``num_ctas`` (Hopper thread-block clusters) on whole-row persistent kernels;
 - ``pipeline``: looped reductions with several tiles in flight (pipelined or unrolled column loops);
 - ``l2``: [1024, 65536] looped reductions scheduled so that their re-reads of a row hit L2;
-- ``rowgrid``: the best of ``l2`` widened (programs per SM, tiles in flight, hints) over the long-row shapes.
+- ``rowgrid``: the best of ``l2`` widened (programs per SM, tiles in flight, hints) over the long-row shapes;
+- ``persistent``: [1024, 65536] bf16 rows held in registers by one program of 16 or 32 warps, with the fp32 tile
+  values of later passes kept or recomputed from the bf16 row (``rematerialized``).
 The looped-kernel sections patch plain looped kernels, so they turn plan.wide_rows off (``wide_programs_per_sm=0``).
 Results (JSON, one record per variant) go to ``<out>/<date>-kernel-variants.json``.
 """
@@ -109,6 +111,73 @@ def approx_tanh(src: str) -> str:
     return re.sub(r"libdevice\.tanh\((v\d+)\)",
                   r"tl.inline_asm_elementwise('tanh.approx.f32 $0, $1;', '=f,f', [\1], dtype=tl.float32, "
                   r"is_pure=True, pack=1)", src)
+
+
+_REMAT_CVT = """
+@triton.jit
+def _bf16_to_f32_again(x):
+    # bf16 -> fp32 (the bits shifted up), as an asm block with side effects: the compiler can neither merge it
+    # with the first conversion of the same tile nor hoist it, so the fp32 tile is rebuilt from the bf16 one.
+    return tl.inline_asm_elementwise("shl.b32 $0, $2, 16; and.b32 $1, $2, -65536;", "=r,=r,r", [x],
+                                     dtype=tl.float32, is_pure=False, pack=2)
+"""
+
+
+def rematerialized(src: str) -> str:
+    """A persistent kernel whose row is loaded once as bf16 and kept so: each pass after a row reduction
+    recomputes the fp32 tile values it reads from the bf16 load (conversion, centring, exp) instead of keeping
+    the earlier pass's fp32 tiles live across the reduction (a 65536-element row on 1024 threads: 64 fp32
+    registers per tile value, against 32 for the bf16 row)."""
+    lines = src.split("\n")
+    head = next(i for i, l in enumerate(lines) if l.startswith("@triton.jit") and "def pf_" in lines[i + 1])
+    defs: dict = {}  # tile value -> (epoch, right-hand side)
+    loads = set()
+    epoch = 0
+    out = lines[:head]
+    out += _REMAT_CVT.split("\n")
+
+    def uses(rhs):
+        return re.findall(r"\b(v\d+)\b", rhs)
+
+    def value(var, ep, emitted, body, indent):
+        """The name of ``var`` valid in epoch ``ep``, emitting recomputations into ``body``."""
+        if var in loads or var not in defs or defs[var][0] == ep:
+            return var
+        new = f"{var}_e{ep}"
+        if new not in emitted:
+            rhs = defs[var][1]
+            m = re.fullmatch(r"(v\d+)\.to\(tl\.float32\)", rhs)
+            if m and m.group(1) in loads:
+                rhs = f"_bf16_to_f32_again({m.group(1)})"
+            else:
+                rhs = re.sub(r"\b(v\d+)\b", lambda u: value(u.group(1), ep, emitted, body, indent), rhs)
+            body.append(f"{indent}{new} = {rhs}")
+            emitted.add(new)
+        return new
+
+    emitted: set = set()
+    for line in lines[head:]:
+        m = re.match(r"(\s*)(v\d+) = (.*)$", line)
+        if m is None or line.strip().startswith("#"):
+            if "tl.store(" in line:
+                body: list = []
+                indent = re.match(r"\s*", line).group(0)
+                line = re.sub(r"\b(v\d+)\b", lambda u: value(u.group(1), epoch, emitted, body, indent), line)
+                out += body
+            out.append(line)
+            continue
+        indent, var, rhs = m.groups()
+        body = []
+        here = re.sub(r"\b(v\d+)\b", lambda u: value(u.group(1), epoch, emitted, body, indent), rhs)
+        out += body
+        out.append(f"{indent}{var} = {here}")
+        if rhs.startswith("tl.load(") and "_roff + " in rhs:
+            loads.add(var)
+        elif "tl.sum(" in rhs or "tl.reduce(" in rhs:
+            epoch += 1  # a per-row value: later passes read it as it is
+        elif any(u in loads or u in defs for u in uses(rhs)):
+            defs[var] = (epoch, rhs)  # (recomputed from its own operands, each as valid in the later epoch)
+    return "\n".join(out)
 
 
 def unrolled(n_tiles: int):
@@ -239,8 +308,9 @@ class Sweep:
                 def launch():
                     return kernel[grid](*cap["tensors"], *cap["scalars"], *cx, **opts)
 
-                launch()
+                compiled = launch()
                 torch.cuda.synchronize()
+                rec.update(regs=getattr(compiled, "n_regs", None), spills=getattr(compiled, "n_spills", None))
                 same = all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(outs, ref))
                 ms = triton.testing.do_bench_cudagraph(launch, rep=60)
                 rec.update(ms=round(ms, 4), pct_copy=round(100 * nbytes / (ms * 1e-3) / 1e9 / self.copy, 1),
@@ -432,9 +502,26 @@ def section_rowgrid(sw: Sweep) -> None:
                 sw.run(f"{name} {list(shape)}", fd, inputs, nbytes, variants)
 
 
+def section_persistent(sw: Sweep) -> None:
+    """[1024, 65536] bf16 rows held in registers by one program each (the row: 32 registers per thread as bf16
+    on 32 warps), against the planned wide looped kernel, which re-reads each row from L2 once per pass."""
+    for name, fd, inputs, nbytes in _cases((1024, 65536), torch.bfloat16, ("rmsnorm", "layernorm", "softmax")):
+        sw.run(f"{name} [1024, 65536]", fd, inputs, nbytes, [("as planned (wide looped)", [], {})])
+    with tuning(persistent_max_cols=65536, wide_min_cols=65536):
+        for name, fd, inputs, nbytes in _cases((1024, 65536), torch.bfloat16, ("rmsnorm", "layernorm", "softmax")):
+            variants = []
+            for warps in (32, 16):
+                variants.append((f"persistent w{warps}", [], dict(BLOCK_R=1, num_warps=warps)))
+                variants.append((f"persistent w{warps}, rematerialized", [rematerialized],
+                                 dict(BLOCK_R=1, num_warps=warps)))
+            variants.append(("persistent w32, rematerialized, 1 stage", [rematerialized],
+                             dict(BLOCK_R=1, num_warps=32, num_stages=1)))
+            sw.run(f"{name} [1024, 65536]", fd, inputs, nbytes, variants)
+
+
 SECTIONS = dict(tiles=section_tiles, wide=section_wide, bounds=section_bounds, divcheck=section_divcheck,
                 pointwise=section_pointwise, clusters=section_clusters,
-                pipeline=section_pipeline, l2=section_l2, rowgrid=section_rowgrid)
+                pipeline=section_pipeline, l2=section_l2, rowgrid=section_rowgrid, persistent=section_persistent)
 
 
 def main() -> None:
