@@ -76,6 +76,11 @@ def test_issue4888_end_to_end():
     scores_param = f"t{plan.inputs.index(fd.fusion.inputs[3])}"
     (roff,) = [line for line in plan.source.splitlines() if f"{scores_param}_roff =" in line]
     assert "* 8)" in roff, roff
+    # So has the fp32 output beside it (pitch 64: the row coordinate's one constant, 8 elements, divides it),
+    # which the GPU then stores 16 bytes at a time.
+    p_param = f"t{len(plan.inputs) + plan.outputs.index(fd.fusion.outputs[1])}"
+    (roff,) = [line for line in plan.source.splitlines() if f"{p_param}_roff =" in line]
+    assert "* 8)" in roff, roff
 
 
 def test_issue4888_without_infer_contiguity_takes_the_safe_path():

@@ -256,8 +256,8 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
                 if inner in w:
                     stride = int(w[inner])
                     factor = factors[axis, i]
-                    if _aligned_factor(stride, meta.dtype.itemsize) != factor:
-                        factor = 1  # see _coordinate_factors: this coordinate's one constant is not ours
+                    if stride % factor:
+                        factor = 1  # see _coordinate_factors: this coordinate's one constant does not divide ours
                     terms.append((i, f"{p.name}_s{len(stride_args)}", factor))
                     stride_args.append(stride // factor)
                     max_off += abs(stride) * (_prod(sizes[ld] for ld in run) - 1)
@@ -506,7 +506,11 @@ def _lower(segment, kernel_exprs, kb: KernelBuilder, inputs, params, outputs, ho
 def _coordinate_factors(memory, walks, row_runs, col_runs) -> dict:
     """(0 for rows / 1 for columns, run index) -> the one power-of-two constant strides along that coordinate may
     be written with in the source, as ``coord * (stride_arg * factor)``: the largest any tensor's stride allows.
-    A tensor whose stride allows less is indexed with a plain ``coord * stride``.
+    Every tensor whose stride it divides is written with it (an fp32 output beside bf16 inputs, all with a row
+    pitch of 4096: 8, two fp32 vectors, where its own vector would be 4), a tensor whose stride it does not divide
+    with a plain ``coord * stride``. (Only an fp32 tensor proven 16-byte aligned is stored without a layout
+    conversion: Triton lays an unproven store out one element per thread and moves the tile there through shared
+    memory.)
 
     The factor (up to a 16-byte vector) lets Triton prove row starts aligned when they are (a row pitch of 5000
     bf16 is 16-byte aligned; 4097 is not, and then nothing is claimed: nvFuser issue #4888). One per coordinate:
