@@ -9,6 +9,7 @@ and is compared with a measured device-to-device copy. Writes DIR/<date>-fusions
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
 import json
 import math
@@ -183,6 +184,25 @@ def check(outs, refs, name):
         assert o.shape == r.shape and o.dtype == r.dtype, f"{name}: {o.shape}/{o.dtype} vs {r.shape}/{r.dtype}"
         assert o.stride() == r.stride() or o.numel() <= 1, f"{name}: strides {o.stride()} vs {r.stride()}"
         torch.testing.assert_close(o.float(), r.float(), atol=2e-2, rtol=2e-2, msg=lambda m: f"{name}: {m}")
+
+
+def time_with_tuning(make_fd, eager, inputs, overrides: dict, copy_bw: float, name: str):
+    """A fresh fusion from ``make_fd()`` planned with plan.TUNING updated by ``overrides`` (restored after),
+    checked against ``eager`` and timed: (fd, ms, % of copy bandwidth). The launch-heuristic sweeps' A/B step."""
+    from pyfuser.codegen import plan
+
+    saved = copy.deepcopy(plan.TUNING)
+    plan.TUNING.update(overrides)
+    try:
+        fd = make_fd()
+        outs = fd.execute(inputs)
+        check(outs, eager(*inputs), name)
+        ms = bench(lambda: fd.execute(inputs))
+    finally:
+        plan.TUNING.clear()
+        plan.TUNING.update(saved)
+    moved = nbytes(inputs) + nbytes(outs)
+    return fd, ms, 100 * moved / (ms * 1e-3) / 1e9 / copy_bw
 
 
 def run_case(name, fd, eager, inputs, copy_bw, compiled_cache):

@@ -13,7 +13,6 @@ once per case; one JSON line per measurement, then the mean per (case, config).
 """
 
 import argparse
-import copy
 import json
 import sys
 
@@ -23,7 +22,6 @@ sys.path.insert(0, "benchmarks")
 import bench_fusions as bf  # noqa: E402
 
 from pyfuser import FusionDefinition  # noqa: E402
-from pyfuser.codegen import plan  # noqa: E402
 
 CONFIGS = {"off": {"pw_row_vector_warps": False},
            "on": {"pw_row_vector_warps": True, "pw_row_vector_keep_tile": False},
@@ -51,7 +49,6 @@ def main():
     dev = torch.device("cuda")
     torch.manual_seed(0)
     copy_bw = bf.copy_bandwidth(dev)
-    base = copy.deepcopy(plan.TUNING)
     out = open(args.out, "w") if args.out else None
     sums: dict = {}
     for dtype in [getattr(torch, d) for d in args.dtypes.split(",")]:
@@ -67,25 +64,17 @@ def main():
                 t_comp = bf.bench(lambda: compiled(*inputs))
                 for rep in range(args.repeats):
                     for name, cfg in CONFIGS.items():
-                        plan.TUNING.clear()
-                        plan.TUNING.update(copy.deepcopy(base))
-                        plan.TUNING.update(cfg)
-                        fd = make_fd(shape, dt)
-                        outs = fd.execute(inputs)
-                        bf.check(outs, eager(*inputs), f"{case} {shape} {name}")
-                        ms = bf.bench(lambda: fd.execute(inputs))
-                        moved = bf.nbytes(inputs) + bf.nbytes(outs)
+                        fd, ms, pct = bf.time_with_tuning(lambda: make_fd(shape, dt), eager, inputs, cfg, copy_bw,
+                                                          f"{case} {shape} {name}")
                         (p,) = [s.plan for s in _kernel_steps(fd)]
                         rec = dict(case=case, shape=list(shape), dtype=str(dtype), config=name, repeat=rep,
-                                   ms=round(ms, 5), pct_copy_bw=round(100 * moved / (ms * 1e-3) / 1e9 / copy_bw, 1),
+                                   ms=round(ms, 5), pct_copy_bw=round(pct, 1),
                                    vs_compile=round(t_comp / ms, 3), block=[p.block_r, p.block_c],
                                    warps=p.num_warps)
                         print(json.dumps(rec), flush=True)
                         if out:
                             out.write(json.dumps(rec) + "\n")
                         sums.setdefault((case, str(shape), str(dtype), name), []).append(rec["pct_copy_bw"])
-    plan.TUNING.clear()
-    plan.TUNING.update(base)
     for (case, shape, dtype, name), pcts in sums.items():
         line = json.dumps({"mean": f"{case} {shape} {dtype}", "config": name,
                            "pct_copy_bw": round(sum(pcts) / len(pcts), 1)})

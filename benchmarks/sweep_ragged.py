@@ -12,7 +12,6 @@ config), then the best config per (shape, dtype).
 """
 
 import argparse
-import copy
 import json
 import sys
 
@@ -21,7 +20,6 @@ import torch
 sys.path.insert(0, "benchmarks")
 import bench_fusions as bf  # noqa: E402
 
-from pyfuser.codegen import plan  # noqa: E402
 
 CONFIGS = {"off": {"pw_ragged_min_cols": 1 << 62}} | {f"block_c {b}": {"pw_ragged_block_c": b}
                                                       for b in (1024, 512, 256, 128)}
@@ -34,7 +32,6 @@ def main():
     dev = torch.device("cuda")
     torch.manual_seed(0)
     copy_bw = bf.copy_bandwidth(dev)
-    base = copy.deepcopy(plan.TUNING)
     out = open(args.out, "w") if args.out else None
     best = {}
     for dtype in (torch.bfloat16, torch.float32):
@@ -45,25 +42,16 @@ def main():
             compiled(x, y)
             t_comp = bf.bench(lambda: compiled(x, y))
             for name, cfg in CONFIGS.items():
-                plan.TUNING.clear()
-                plan.TUNING.update(copy.deepcopy(base))
-                plan.TUNING.update(cfg)
-                fd = bf.slice_add_mul_fd(shape, dt)
-                outs = fd.execute([x, y])
-                bf.check(outs, bf.slice_add_mul_eager(x, y), f"slice+add+mul {shape} {name}")
-                ms = bf.bench(lambda: fd.execute([x, y]))
-                moved = bf.nbytes([x, y]) + bf.nbytes(outs)
+                _, ms, pct = bf.time_with_tuning(lambda: bf.slice_add_mul_fd(shape, dt), bf.slice_add_mul_eager,
+                                                 [x, y], cfg, copy_bw, f"slice+add+mul {shape} {name}")
                 rec = dict(shape=list(shape), dtype=str(dtype), config=name, ms=round(ms, 5),
-                           pct_copy_bw=round(100 * moved / (ms * 1e-3) / 1e9 / copy_bw, 1),
-                           vs_compile=round(t_comp / ms, 3))
+                           pct_copy_bw=round(pct, 1), vs_compile=round(t_comp / ms, 3))
                 print(json.dumps(rec), flush=True)
                 if out:
                     out.write(json.dumps(rec) + "\n")
                 key = f"{shape} {dtype}"
                 if key not in best or rec["ms"] < best[key]["ms"]:
                     best[key] = rec
-    plan.TUNING.clear()
-    plan.TUNING.update(base)
     for key, rec in best.items():
         line = json.dumps({"best": key, "config": rec["config"], "pct_copy_bw": rec["pct_copy_bw"],
                            "vs_compile": rec["vs_compile"]})
