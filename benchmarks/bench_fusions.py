@@ -9,7 +9,7 @@ and is compared with a measured device-to-device copy. Writes DIR/<date>-fusions
 from __future__ import annotations
 
 import argparse
-import copy
+import contextlib
 import datetime
 import json
 import math
@@ -186,21 +186,28 @@ def check(outs, refs, name):
         torch.testing.assert_close(o.float(), r.float(), atol=2e-2, rtol=2e-2, msg=lambda m: f"{name}: {m}")
 
 
-def time_with_tuning(make_fd, eager, inputs, overrides: dict, copy_bw: float, name: str):
-    """A fresh fusion from ``make_fd()`` planned with plan.TUNING updated by ``overrides`` (restored after),
-    checked against ``eager`` and timed: (fd, ms, % of copy bandwidth). The launch-heuristic sweeps' A/B step."""
+@contextlib.contextmanager
+def tuning(**overrides):
+    """plan.TUNING with ``overrides`` inside the block, restored after (the launch-heuristic sweeps)."""
     from pyfuser.codegen import plan
 
-    saved = copy.deepcopy(plan.TUNING)
+    saved = dict(plan.TUNING)
     plan.TUNING.update(overrides)
     try:
+        yield
+    finally:
+        plan.TUNING.clear()
+        plan.TUNING.update(saved)
+
+
+def time_with_tuning(make_fd, eager, inputs, overrides: dict, copy_bw: float, name: str):
+    """A fresh fusion from ``make_fd()`` planned under ``tuning(**overrides)``, checked against ``eager`` and
+    timed: (fd, ms, % of copy bandwidth). The launch-heuristic sweeps' A/B step."""
+    with tuning(**overrides):
         fd = make_fd()
         outs = fd.execute(inputs)
         check(outs, eager(*inputs), name)
         ms = bench(lambda: fd.execute(inputs))
-    finally:
-        plan.TUNING.clear()
-        plan.TUNING.update(saved)
     moved = nbytes(inputs) + nbytes(outs)
     return fd, ms, 100 * moved / (ms * 1e-3) / 1e9 / copy_bw
 

@@ -28,7 +28,6 @@ Results (JSON, one record per variant) go to ``<out>/<date>-kernel-variants.json
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import importlib.util
 import json
@@ -240,18 +239,6 @@ def reversed_rereads(src: str) -> str:
         f"{pad}    c0 = (tl.cdiv(n_cols, BLOCK_C) - 1 - ci) * BLOCK_C"])
 
 
-@contextlib.contextmanager
-def tuning(**overrides):
-    """plan.TUNING with ``overrides`` inside the block (e.g. plain looped kernels to patch), restored after."""
-    saved = dict(plan_mod.TUNING)
-    plan_mod.TUNING.update(overrides)
-    try:
-        yield
-    finally:
-        plan_mod.TUNING.clear()
-        plan_mod.TUNING.update(saved)
-
-
 # --- running variants ------------------------------------------------------------------------------------------
 class Sweep:
     def __init__(self):
@@ -328,7 +315,7 @@ def _cases(shape, dtype, names):
 
 
 def section_tiles(sw: Sweep) -> None:
-    with tuning(persistent_max_cols=2048, row_tiles_min_cols=1 << 30, wide_programs_per_sm=0):  # plain looped
+    with bf.tuning(persistent_max_cols=2048, row_tiles_min_cols=1 << 30, wide_programs_per_sm=0):  # plain looped
         for dtype in (torch.bfloat16, torch.float32):
             for shape in ((8191, 5000), (4096, 16384), (16384, 4096)):
                 for name, fd, inputs, nbytes in _cases(shape, dtype, ("rmsnorm", "layernorm", "softmax")):
@@ -343,7 +330,7 @@ def section_tiles(sw: Sweep) -> None:
 
 
 def section_wide(sw: Sweep) -> None:
-    with tuning(wide_programs_per_sm=0):  # the plain looped kernels these patches expect
+    with bf.tuning(wide_programs_per_sm=0):  # the plain looped kernels these patches expect
         for dtype in (torch.float32, torch.bfloat16):
             for name, fd, inputs, nbytes in _cases((1024, 65536), dtype, ("rmsnorm", "layernorm", "softmax")):
                 variants = [("as planned", [], {})]
@@ -429,7 +416,7 @@ def section_pointwise(sw: Sweep) -> None:
 
 
 def section_clusters(sw: Sweep) -> None:
-    with tuning(persistent_max_cols=1 << 17):  # whole 65536-wide rows in one (clustered) program
+    with bf.tuning(persistent_max_cols=1 << 17):  # whole 65536-wide rows in one (clustered) program
         for name, fd, inputs, nbytes in _cases((1024, 65536), torch.float32, ("rmsnorm", "softmax")):
             sw.run(f"{name} [1024, 65536]", fd, inputs, nbytes,
                    [(f"num_ctas {c} w{w}", [], dict(num_ctas=c, num_warps=w)) for c in (2, 4, 8) for w in (8, 16)])
@@ -438,7 +425,7 @@ def section_clusters(sw: Sweep) -> None:
 def section_pipeline(sw: Sweep) -> None:
     """Looped reductions with more than one tile in flight per program: pipelined column loops, or loops unrolled
     by 2-4 tiles ([1024, 65536] in both dtypes; [4096, 16384] fp32 forced onto the looped kernel)."""
-    with tuning(persistent_max_cols=8192, row_tiles_min_cols=1 << 30, wide_programs_per_sm=0):
+    with bf.tuning(persistent_max_cols=8192, row_tiles_min_cols=1 << 30, wide_programs_per_sm=0):
         shapes = [((1024, 65536), torch.bfloat16), ((1024, 65536), torch.float32), ((4096, 16384), torch.float32)]
         for shape, dtype in shapes:
             for name, fd, inputs, nbytes in _cases(shape, dtype, ("rmsnorm", "layernorm", "softmax")):
@@ -461,7 +448,7 @@ def section_l2(sw: Sweep) -> None:
     (1024 programs) the rows are several times L2, so the re-reads come from HBM. Variants that keep them in L2:
     a grid of 1-2 programs per SM over the rows (with several tiles in flight per program), or later passes
     walking the row backwards."""
-    with tuning(wide_programs_per_sm=0):  # the plain looped kernels these patches expect
+    with bf.tuning(wide_programs_per_sm=0):  # the plain looped kernels these patches expect
         for dtype in (torch.bfloat16, torch.float32):
             for name, fd, inputs, nbytes in _cases((1024, 65536), dtype, ("rmsnorm", "layernorm", "softmax")):
                 variants = [("as planned", [], {})]
@@ -487,7 +474,7 @@ def section_rowgrid(sw: Sweep) -> None:
     with and without the L2 eviction hints and streaming stores; the long-row shapes that miss today."""
     shapes = [((1024, 65536), torch.bfloat16), ((1024, 65536), torch.float32), ((4096, 16384), torch.float32),
               ((4096, 16384), torch.bfloat16)]
-    with tuning(persistent_max_cols=8192, row_tiles_min_cols=1 << 30, wide_programs_per_sm=0):  # looped kernels
+    with bf.tuning(persistent_max_cols=8192, row_tiles_min_cols=1 << 30, wide_programs_per_sm=0):  # looped kernels
         for shape, dtype in shapes:
             names = ("rmsnorm", "layernorm", "softmax") if shape[1] == 65536 else ("layernorm", "softmax")
             for name, fd, inputs, nbytes in _cases(shape, dtype, names):
@@ -507,7 +494,7 @@ def section_persistent(sw: Sweep) -> None:
     on 32 warps), against the planned wide looped kernel, which re-reads each row from L2 once per pass."""
     for name, fd, inputs, nbytes in _cases((1024, 65536), torch.bfloat16, ("rmsnorm", "layernorm", "softmax")):
         sw.run(f"{name} [1024, 65536]", fd, inputs, nbytes, [("as planned (wide looped)", [], {})])
-    with tuning(persistent_max_cols=65536, wide_min_cols=65536):
+    with bf.tuning(persistent_max_cols=65536, wide_min_cols=65536):
         for name, fd, inputs, nbytes in _cases((1024, 65536), torch.bfloat16, ("rmsnorm", "layernorm", "softmax")):
             variants = []
             for warps in (32, 16):

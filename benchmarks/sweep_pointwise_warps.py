@@ -8,8 +8,9 @@ through shared memory twice (a layout conversion and back, with barriers). ``pla
 warps at ``BLOCK_C / (32 x vector)`` and keeps the elements per thread (``TUNING["pw_row_vector_warps"]``). This
 times the bench_fusions tanh-GELU (``gelu(x * w + b)``) and a plain bias add (``x + b``, memory-bound) at the
 bench_fusions shapes, bf16 and fp32, with the cap off and on, alternating ``--repeats`` times (fresh fusions
-each time; the cap either keeps the elements per thread, shrinking the tile, or keeps the tile), torch.compile
-once per case; one JSON line per measurement, then the mean per (case, config).
+each time), torch.compile once per case; one JSON line per measurement, then the mean per (case, config). (The second run of 2026-12-04,
+``-pointwise-warps-run2.jsonl``, also timed the cap keeping the tile on fewer warps, a TUNING knob since dropped:
+no better.)
 """
 
 import argparse
@@ -23,9 +24,7 @@ import bench_fusions as bf  # noqa: E402
 
 from pyfuser import FusionDefinition  # noqa: E402
 
-CONFIGS = {"off": {"pw_row_vector_warps": False},
-           "on": {"pw_row_vector_warps": True, "pw_row_vector_keep_tile": False},
-           "on, tile kept": {"pw_row_vector_warps": True, "pw_row_vector_keep_tile": True}}
+CONFIGS = {"off": {"pw_row_vector_warps": False}, "on": {"pw_row_vector_warps": True}}
 
 
 def bias_add_fd(shape, dt):

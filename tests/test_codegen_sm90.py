@@ -302,8 +302,9 @@ def test_integer_to_bf16_never_converts_an_i1_directly(layout):
     assert not bad, bad
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "sliced"])
 @pytest.mark.parametrize("cols", [1024, 5000])
-def test_a_broadcast_row_vector_keeps_the_tiles_layout(cols, monkeypatch):
+def test_a_broadcast_row_vector_keeps_the_tiles_layout(cols, layout, monkeypatch):
     # Triton lays a [1, BLOCK_C] load (a bias) out over all of a program's threads; below one 16-byte vector per
     # thread its layout differs from the [BLOCK_R, BLOCK_C] tile it is broadcast into, and every tile passes
     # through shared memory twice, with barriers (H200, bf16 tanh-GELU at [32768, 1024]: 60% -> 68% of copy
@@ -313,7 +314,9 @@ def test_a_broadcast_row_vector_keeps_the_tiles_layout(cols, monkeypatch):
 
     from pyfuser.codegen import plan as plan_mod
 
-    x, b = make((8, cols), torch.bfloat16), make((cols,), torch.bfloat16)
+    # "sliced": x a column window of a wider tensor (pitch cols + 8, starting 4 elements in)
+    x = make((8, cols), torch.bfloat16) if layout == "contiguous" else make((8, cols + 8), torch.bfloat16)[:, 4:cols + 4]
+    b = make((cols,), torch.bfloat16)
     x[0, :3] = torch.tensor([float("nan"), -0.0, float("inf")], dtype=torch.bfloat16)
 
     def fn(fd):

@@ -570,7 +570,6 @@ TUNING = {
     "pw_ragged_min_cols": 128,
     "pw_ragged_block_c": 256,
     "pw_row_vector_warps": True,  # at most BLOCK_C / (32 x vector) warps with a broadcast row vector (_blocks)
-    "pw_row_vector_keep_tile": False,  # ... keeping the tile (more elements per thread) instead of shrinking it
     "persistent_max_cols": 16384,  # longer rows use the looped kernel
     "persistent_elems": 2048,  # rows per program: up to this many elements
     "persistent_warps": {2048: 4, 8192: 8, 1 << 62: 16},  # by elements per program
@@ -699,10 +698,8 @@ def _blocks(mode: str, n_rows: int, n_cols: int, itemsize: int, passes: int = 1,
             # store, with barriers). Fewer warps, as many elements per thread (benchmarks/
             # sweep_pointwise_warps.py, 2026-12-04-pointwise-warps*.jsonl, two runs): bf16 tanh-GELU tiles [4,
             # 1024] on 8 warps -> [2, 1024] on 4 at [32768, 1024] 60.5 -> 67-68% of copy, [8191, 5000] 58 -> 67-68%;
-            # x + b there 84-87% either way. Keeping the tile on 4 warps: GELU 65-69%, x + b 84-85%.
-            if not t["pw_row_vector_keep_tile"]:
-                block_r = max(1, block_r * fit // num_warps)
-            num_warps = fit
+            # x + b there 84-87% either way. Keeping the tile on 4 warps (run2): GELU 65-69%, x + b 84-85%.
+            block_r, num_warps = max(1, block_r * fit // num_warps), fit
     elif mode == "persistent":
         block_c = next_pow2(max(n_cols, 1))
         block_r = max(1, min(next_pow2(max(n_rows, 1)), t["persistent_elems"] // block_c))
