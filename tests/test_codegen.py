@@ -254,7 +254,35 @@ def test_rows_in_tiles(cols, tiles, layout):
         fn(fd)
     fd.execute([x])
     (run,) = fd.last_execution()
-    assert run.kernel_name.split("_")[1] == "looped" and f"tl.static_range(0, {tiles} * BLOCK_C" in run.kernel_source
+    src = run.kernel_source
+    assert run.kernel_name.split("_")[1] == "looped"
+    # One straight-line block per tile, written once per pass: every pass after the first reads the tile loaded
+    # for the first (one load per tile in all), and only the last tile masks its columns.
+    assert f"c_{tiles - 1} = {tiles - 1} * BLOCK_C" in src and f"c_{tiles} =" not in src
+    assert src.count("tl.load(") == tiles and src.count("< n_cols") == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rows_of_exactly_one_tile(dtype):
+    # Rows exactly one persistent tile wide fold every lane with no column mask (Emitter.full_col_tiles), and
+    # reductions never mask rows: 7 rows in blocks of several leave rows past n_rows in the last block, computed
+    # from masked loads' zeros, which must reach no real row and no store. Special values in the last row too.
+    x = make((7, 256), dtype)
+    x[1, 255] = float("nan")
+    x[2, 0] = float("inf")
+    x[4, :] = -0.0
+    x[6, 3] = float("-inf")
+
+    def fn(fd):
+        _row_reductions(fd, x)
+
+    check_fusion(fn, [x], _row_reductions_eager, atol=1e-5, rtol=1e-4)
+    with FusionDefinition() as fd:
+        fn(fd)
+    fd.execute([x])
+    plan = fd.last_runtime().kernel_step(0).plan
+    assert plan.mode == "persistent" and plan.block_c == 256 and plan.n_rows % plan.block_r != 0
+    assert "< n_cols" not in plan.source and "tl.where(cmask" not in plan.source
 
 
 def _one_or_two_levels(x, reduction):
@@ -292,7 +320,7 @@ def test_rows_of_two_levels_take_narrower_tiles_and_fewer_warps(reduction, tiles
     # 5 tiles of 1024 (less masked waste) with 4 warps (fewer cross-warp meetings per level).
     plan = _one_or_two_levels(_bf16_rows(4, 5000, layout), reduction)
     assert plan.mode == "looped" and plan.num_warps == warps
-    assert f"tl.static_range(0, {tiles} * BLOCK_C" in plan.source
+    assert f"c_{tiles - 1} = {tiles - 1} * BLOCK_C" in plan.source and f"c_{tiles} =" not in plan.source
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "sliced"])
@@ -348,6 +376,54 @@ def test_ragged_rows_split_off_their_interior_tiles(dtype, cols, split, layout):
     assert ("if pid_c * BLOCK_C + BLOCK_C <= n_cols:" in plan.source) == split
     if split:  # at least one tile inside the row
         assert plan.block_c <= cols - 1
+
+
+def test_bf16_widening_keeps_every_bit_pattern():
+    # Every bf16 bit pattern (NaN payloads, subnormals, -0.0) widened to fp32 exactly as ATen widens it, in a
+    # tile and in a per-row value, over rows of even and odd width.
+    bits = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)
+    x = bits.view(torch.bfloat16).reshape(256, 256).to(DEVICE)
+    for t in (x, x[:, :255]):
+        def fn(fd):
+            a = fd.from_pytorch(t)
+            fd.add_output(fd.ops.cast(a, DataType.Float))
+            fd.add_output(fd.ops.mul(fd.ops.cast(a, DataType.Float),
+                                     fd.ops.cast(fd.ops.max(a, dims=[1], keepdim=True), DataType.Float)))
+
+        fd = define(fn)
+        wide, prod = fd.execute([t])
+        bits_equal(wide, t.float())
+        assert_same(prod, t.float() * t.amax(1, keepdim=True).float(), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("reader", ["iota", "pad"])
+def test_ragged_rows_read_their_column_coordinate_per_tile(reader):
+    # A ragged row (300 bf16) whose kernel reads its column coordinate (an iota along it; a pad's mask): the
+    # row's last few columns are a narrower tile of their own (Emitter.split_interior), whose coordinate is its
+    # own variable. The kernel once read the wide tile's there, and Triton failed on the shapes.
+    rows, cols = 5, 300
+    x = make((rows, cols - 1 if reader == "pad" else cols), torch.bfloat16)
+    x[0, 0], x[1, -1], x[4, :] = float("nan"), float("inf"), -0.0
+
+    def fn(fd):
+        t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
+        if reader == "iota":
+            i = fd.ops.broadcast_in_dim(fd.ops.iota(cols, 0.0, 0.5, dtype=DataType.Float), shape=[rows, cols],
+                                        broadcast_dims=[1])
+            fd.add_output(fd.ops.cast(fd.ops.add(t, i), DataType.BFloat16))
+        else:
+            fd.add_output(fd.ops.cast(fd.ops.pad(t, [0, 1], -2.0), DataType.BFloat16))
+
+    def eager(x):
+        if reader == "iota":
+            return (x.float() + torch.arange(cols, device=x.device).float() * 0.5).bfloat16()
+        return torch.nn.functional.pad(x.float(), [0, 1], value=-2.0).bfloat16()
+
+    check_fusion(fn, [x], eager, atol=0, rtol=0)
+    fd = define(fn)
+    (out,) = fd.execute([x])
+    bits_equal(out, eager(x))
+    assert "if pid_c * BLOCK_C + BLOCK_C <= n_cols:" in fd.last_runtime().kernel_step(0).plan.source
 
 
 def test_product_over_a_materialized_expanded_dim():

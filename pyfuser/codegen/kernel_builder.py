@@ -345,7 +345,10 @@ class KernelBuilder:
                                 template="mask" if mask is not None else ""))
 
     def coordinate(self, name: str, full: bool, dtype: torch.dtype) -> KValue:
-        """The kernel's coordinate variable ``name`` (a loop dim of its own run: see plan.py)."""
+        """The kernel's coordinate variable ``name`` (a loop dim of its own run: see plan.py). A column
+        coordinate ("c", "cc<i>") is named per tile: the emitter fills in the tile's suffix (``{sfx}``)."""
+        if full:
+            name = name[:2] + "{sfx}" + name[2:] if name.startswith("cc") else name + "{sfx}"
         return self._add(KValue("op", dtype, (), name, full, 0))
 
     def fixed_int(self, value: int) -> KValue:
@@ -513,10 +516,15 @@ class Emitter:
 
     def __init__(self, kb: KernelBuilder, params: list[TensorParam], n_row_dims: int, n_col_dims: int,
                  mode: str, index64: bool, n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0,
-                 split_interior: int = 0):
+                 split_interior: int = 0, full_col_tiles: bool = False):
         assert mode in ("pointwise", "persistent", "looped")
         assert not split_interior or mode == "pointwise"
+        assert not full_col_tiles or (mode != "looped" and not split_interior)
         self.kb, self.params = kb, params
+        # Every column tile of a pointwise or persistent kernel lies wholly inside the row (the plan's BLOCK_C
+        # divides n_cols, or is n_cols): the column mask is a constant True, which the compiler folds away, and
+        # reductions fold every lane (a bf16 softmax's row max and sum each paid a select per element).
+        self.full_col_tiles = full_col_tiles
         # A pointwise kernel over rows whose width is not a multiple of a 16-byte vector (``split_interior``
         # elements of the narrowest column tensor): the column mask ``c < n_cols`` then has constancy 1 in
         # Triton's alignment analysis, and every masked load and store of the kernel is scalar. Tiles wholly
@@ -528,8 +536,12 @@ class Emitter:
         # The tile being written: its width and the suffix of its variables' names (a row's last few columns get
         # a narrower tile of their own, names apart: Triton wants each name to keep one type across an if).
         self.bc, self.sfx = "BLOCK_C", ""
-        # A looped kernel over a row of exactly this many BLOCK_C tiles (0: any number) unrolls its column loops:
-        # the passes then read tiles the compiler can keep in registers, a row held in pieces (plan.py, row_tiles).
+        # A looped kernel over a row of exactly this many BLOCK_C tiles (0: any number): a row held in registers
+        # in pieces (plan.py, row_tiles). Each tile is written out as straight-line code with names of its own
+        # (suffix _<k>), once per pass, so a later pass reads the values an earlier one computed for that tile
+        # instead of loading and computing them again (an output stored in between may alias the input, so the
+        # compiler could not reuse the loads, nor the exp of a softmax computed from them), and every tile but
+        # the last (row_tiles = ceil(n_cols / BLOCK_C)) lies wholly inside the row: no column mask.
         self.row_tiles = row_tiles
         # A looped kernel over rows too long for registers (plan.py, wide_rows): ``wide`` tiles per step of its
         # column loops, unrolled (all their loads in flight at once), and a grid of a few programs per SM, each
@@ -546,8 +558,11 @@ class Emitter:
 
     # --- helpers -------------------------------------------------------------------------------------------
     def _n(self, v: KValue) -> str:
-        """What the source calls ``v``: a literal, an argument, or its variable in the tile being written."""
-        return _expr(v) if v.kind in ("const", "arg") else v.var + self.sfx
+        """What the source calls ``v``: a literal, an argument, or its variable in the tile being written (a
+        per-row value has one name in every tile: it is the same value there)."""
+        if v.kind in ("const", "arg"):
+            return _expr(v)
+        return v.var + self.sfx if v.full else v.var
 
     def w(self, line: str) -> None:
         self.lines.append("    " * self.indent + line)
@@ -597,7 +612,7 @@ class Emitter:
             hint = f", eviction_policy='{self._load_policy}'" if self._load_policy and p.has_row else ""
             self.w(f"{self._n(v)} = tl.load({p.name}_ptr + {addr}{extra}, mask={mask}, other={zero}{hint})")
         elif v.kind == "op":
-            self.w(f"{self._n(v)} = {v.template.format(*[self._n(o) for o in v.operands])}")
+            self.w(f"{self._n(v)} = {v.template.format(*[self._n(o) for o in v.operands], sfx=self.sfx)}")
         elif v.kind == "flag":
             # Any lane flagged sets the slot (every program writes the same 1: no read-modify-write race).
             (bad,) = v.operands
@@ -615,13 +630,14 @@ class Emitter:
         elif v.kind == "search":
             self._emit_search(v, scope, col_mask)
         elif v.kind == "reduce":
+            # Only the column mask: lanes of rows past n_rows hold masked loads' zeros and what is computed from
+            # them, and reach only their own rows' results, which are never stored.
             (x,) = v.operands
-            ident = identity_literal(v.reduction, v.dtype)
             src = self._n(x)
-            if x.full:
-                src = f"tl.where({col_mask}, {src}, {ident})"
-            else:  # a per-row value reduced over columns: broadcast it over the tile first
-                src = f"tl.where({col_mask}, tl.broadcast_to({src}, [BLOCK_R, {self.bc}]), {ident})"
+            if not x.full:  # a per-row value reduced over columns: broadcast it over the tile first
+                src = f"tl.broadcast_to({src}, [BLOCK_R, {self.bc}])"
+            if not self.full_col_tiles:
+                src = f"tl.where(cmask{self.sfx}, {src}, {identity_literal(v.reduction, v.dtype)})"
             self.w(f"{self._n(v)} = {REDUCTIONS[v.reduction][2].format(x=src)}")
         scope.emitted.add(v.uid)
 
@@ -677,14 +693,17 @@ class Emitter:
         self.indent -= 1
         self.w(f"{r} = tl.where({r}_bad, -2, {r})")
 
-    def _col_setup(self, col_base: str, end: str = "n_cols") -> None:
-        """The tile's columns ``c`` from ``col_base`` on, ``cmask`` (those before ``end``) and each tensor's
-        column offsets."""
+    def _col_setup(self, col_base: str, end: Optional[str] = "n_cols") -> None:
+        """The tile's columns ``c`` from ``col_base`` on, ``cmask`` (those before ``end``; None: a tile wholly
+        inside the row, all True) and each tensor's column offsets."""
         c = f"c{self.sfx}"
         self.w(f"{c} = {col_base} + tl.arange(0, {self.bc})[None, :]")
         if self.index64:
             self.w(f"{c} = {c}.to(tl.int64)")
-        self.w(f"cmask{self.sfx} = {c} < {end}")
+        if end is None:
+            self.w(f"cmask{self.sfx} = tl.full([1, {self.bc}], 1, tl.int1)")
+        else:
+            self.w(f"cmask{self.sfx} = {c} < {end}")
         ccoords = self._coords(c, f"cc{self.sfx}", [f"cs{i}" for i in range(self.n_col_dims)])
         for p in self.params:
             if p.has_col:
@@ -743,7 +762,8 @@ class Emitter:
         full_stores = [(p, v) for p, v in kb.stores if p.has_col]
         row_stores = [(p, v) for p, v in kb.stores if not p.has_col]
         if self.mode in ("pointwise", "persistent"):
-            self._col_setup("pid_c * BLOCK_C" if self.mode == "pointwise" else "0")
+            self._col_setup("pid_c * BLOCK_C" if self.mode == "pointwise" else "0",
+                            None if self.full_col_tiles else "n_cols")
             if self.split_interior:
                 vec = self.split_interior
                 self.w(f"n_cols_v = n_cols // {vec} * {vec}")
@@ -779,6 +799,9 @@ class Emitter:
                 self._store(p, v, scope)
 
     def _emit_looped(self, top: _Scope, full_stores, row_stores) -> None:
+        if self.row_tiles:
+            self._emit_row_tiles(top, full_stores, row_stores)
+            return
         kb = self.kb
         reduces = [v for v in kb.nodes if v.kind == "reduce"]
         last_pass = kb.max_level - (0 if full_stores else 1)
@@ -821,12 +844,57 @@ class Emitter:
             self.indent -= depth
             self._load_policy = ""
 
+    def _emit_row_tiles(self, top: _Scope, full_stores, row_stores) -> None:
+        """A looped kernel over ``row_tiles`` tiles, each pass written tile by tile (see __init__). A reduction
+        folds a tile's lanes without the row mask: lanes of rows past ``n_rows`` hold masked loads' zeros and
+        what is computed from them, and reach only their own rows' results, which are never stored."""
+        kb = self.kb
+        reduces = [v for v in kb.nodes if v.kind == "reduce"]
+        last = self.row_tiles - 1
+        tiles: list[_Scope] = []
+
+        def tile(k: int) -> _Scope:
+            self.sfx = f"_{k}"
+            if k == len(tiles):  # the tile's coordinates, written once before its first use
+                tiles.append(_Scope(top))
+                self._col_setup(f"{k} * BLOCK_C", "n_cols" if k == last else None)
+            return tiles[k]
+
+        for level in range(kb.max_level):
+            these = [v for v in reduces if v.operands[0].level == level]
+            for v in these:
+                self._emit_row_deps(v.operands[0], top)
+            for v in these:
+                ident = identity_literal(v.reduction, v.dtype)
+                self.w(f"acc{v.uid} = tl.full([BLOCK_R, BLOCK_C], {ident}, {TL_DTYPE[v.dtype]})")
+            for k in range(self.row_tiles):
+                scope = tile(k)
+                for v in these:
+                    x = v.operands[0]
+                    self.emit_node(x, scope, f"rmask & cmask_{k}")
+                    src = self._n(x) if x.full else f"tl.broadcast_to({self._n(x)}, [BLOCK_R, BLOCK_C])"
+                    if k == last:
+                        src = f"tl.where(cmask_{k}, {src}, {identity_literal(v.reduction, v.dtype)})"
+                    self.w(f"acc{v.uid} = {REDUCTIONS[v.reduction][1].format(a=f'acc{v.uid}', b=src)}")
+            self.sfx = ""
+            for v in these:
+                self.w(f"{self._n(v)} = {REDUCTIONS[v.reduction][2].format(x=f'acc{v.uid}')}")
+                top.emitted.add(v.uid)
+        for p, v in row_stores:
+            self._emit_row_deps(v, top)
+            self._store(p, v, top)
+        for p, v in full_stores:
+            self._emit_row_deps(v, top)
+        for k in range(self.row_tiles if full_stores else 0):
+            scope = tile(k)
+            for p, v in full_stores:
+                self.emit_node(v, scope, f"rmask & cmask_{k}")
+                self._store(p, v, scope)
+        self.sfx = ""
+
     def _open_column_loop(self) -> int:
         """Write a column loop's header and the tile's coordinates; returns the indent its body is at."""
-        if self.row_tiles:
-            self.w(f"for c0 in tl.static_range(0, {self.row_tiles} * BLOCK_C, BLOCK_C):")
-            depth = 1
-        elif self.wide:
+        if self.wide:
             # The ``wide`` tiles' bodies side by side: a tile's accumulation does not wait for the next one's loads.
             self.w(f"for c00 in range(0, n_cols, {self.wide} * BLOCK_C):")
             self.w(f"    for cu in tl.static_range({self.wide}):")
@@ -900,13 +968,13 @@ def _bf16_row_divisions(kb: KernelBuilder) -> None:
 
 def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, mode, index64,
                   n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0, lanes_per_thread: int = 1,
-                  split_interior: int = 0) -> str:
+                  split_interior: int = 0, full_col_tiles: bool = False) -> str:
     """``lanes_per_thread``: elements of a [BLOCK_R, BLOCK_C] tile each thread holds (1 where unknown).
-    ``split_interior``: see Emitter."""
+    ``split_interior``, ``full_col_tiles``: see Emitter."""
     _mark_arithmetic_min_max(kb)
     if lanes_per_thread % 4 == 0 and not interpreting():
         _bf16_row_divisions(kb)
     body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64, n_cols_factor, row_tiles, wide,
-                   split_interior).source(name)
+                   split_interior, full_col_tiles).source(name)
     header = "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n"
     return header + PRELUDE + "\n\n" + body
