@@ -186,7 +186,12 @@ def test_dtype_keeping_unary(name, dtype):
             return torch.abs(x)  # the real magnitude
         return fn(x.to(widen(x.dtype))).to(x.dtype)
 
-    out = run_unary(name, x, reference, **TOL)[0]
+    tol = TOL
+    if name == "silu" and dtype.itemsize == 2:
+        # computed in fp32 and rounded once: an exp one fp32 ulp from ATen's CPU one (the interpreter's is
+        # numpy's) flips a rounding now and then, one ulp of the 16-bit result
+        tol = dict(atol=1e-5, rtol=torch.finfo(dtype).eps)
+    out = run_unary(name, x, reference, **tol)[0]
     assert out.dtype == (F32 if (name == "abs" and dtype == C64) else dtype)
 
 
