@@ -519,10 +519,10 @@ class Emitter:
                  split_interior: int = 0, full_col_tiles: bool = False):
         assert mode in ("pointwise", "persistent", "looped")
         assert not split_interior or mode == "pointwise"
-        assert not full_col_tiles or (mode != "looped" and not split_interior)
+        assert not full_col_tiles or not (split_interior or row_tiles)
         self.kb, self.params = kb, params
-        # Every column tile of a pointwise or persistent kernel lies wholly inside the row (the plan's BLOCK_C
-        # divides n_cols, or is n_cols): the column mask is a constant True, which the compiler folds away, and
+        # Every column tile lies wholly inside the row (the plan's BLOCK_C, times a looped kernel's tiles per
+        # step, divides n_cols): the column mask is a constant True, which the compiler folds away, and
         # reductions fold every lane (a bf16 softmax's row max and sum each paid a select per element).
         self.full_col_tiles = full_col_tiles
         # A pointwise kernel over rows whose width is not a multiple of a 16-byte vector (``split_interior``
@@ -822,7 +822,9 @@ class Emitter:
                 self.emit_node(x, inner, "rmask & cmask")
                 ident = identity_literal(v.reduction, v.dtype)
                 src = self._n(x) if x.full else f"tl.broadcast_to({self._n(x)}, [BLOCK_R, {self.bc}])"
-                combined = REDUCTIONS[v.reduction][1].format(a=f"acc{v.uid}", b=f"tl.where(rmask & cmask, {src}, {ident})")
+                if not self.full_col_tiles:  # (no row mask: see emit_node's reduce)
+                    src = f"tl.where(cmask, {src}, {ident})"
+                combined = REDUCTIONS[v.reduction][1].format(a=f"acc{v.uid}", b=src)
                 self.w(f"acc{v.uid} = {combined}")
             self.indent -= depth
             for v in these:
@@ -904,7 +906,7 @@ class Emitter:
             self.w("for c0 in range(0, n_cols, BLOCK_C):")
             depth = 1
         self.indent += depth
-        self._col_setup("c0")
+        self._col_setup("c0", None if self.full_col_tiles else "n_cols")
         return depth
 
     def _emit_row_deps(self, v: KValue, scope: _Scope) -> None:

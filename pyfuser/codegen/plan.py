@@ -332,8 +332,8 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
     lanes = block_r * block_c // (32 * num_warps) if prologue_of is None and not embedded else 1
     # Column tiles wholly inside the row: their column mask is a constant (Emitter.full_col_tiles). The plan is
     # per exact shape, and the source says which it assumed.
-    full_col_tiles = not split_interior and (n_cols == block_c if mode == "persistent"
-                                             else mode == "pointwise" and n_cols % block_c == 0)
+    full_col_tiles = not split_interior and not n_tiles and (
+        n_cols == block_c if mode == "persistent" else n_cols % ((unroll if wide else 1) * block_c) == 0)
     source_body = kernel_source("KERNEL", kb, params, len(row_runs), len(col_runs), mode, index64, n_cols_factor,
                                 n_tiles, unroll if wide else 0, lanes if lanes >= 4 else 1, split_interior,
                                 full_col_tiles)
