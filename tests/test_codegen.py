@@ -236,6 +236,18 @@ def test_wide_rows_of_registers(monkeypatch, dtype, passes, weighted):
     assert ("tl.num_programs(0)" in run.kernel_source) == wide
 
 
+def _checked_row_reductions(x):
+    """_row_reductions of ``x`` checked against eager; the plan of its one kernel."""
+    def fn(fd):
+        _row_reductions(fd, x)
+
+    check_fusion(fn, [x], _row_reductions_eager, atol=1e-5, rtol=1e-4)
+    fd = define(fn)
+    fd.execute([x])
+    assert len(fd.last_execution()) == 1
+    return fd.last_runtime().kernel_step(0).plan
+
+
 @pytest.mark.parametrize("layout", ["contiguous", "sliced"])
 @pytest.mark.parametrize("cols, tiles", [(3000, 3), (5000, 5)])  # tiles of 1024 (plan.row_tiles, two passes)
 def test_rows_in_tiles(cols, tiles, layout):
@@ -249,16 +261,9 @@ def test_rows_in_tiles(cols, tiles, layout):
     x[4, :] = -0.0
     x[5, cols - 1] = 1e30
 
-    def fn(fd):
-        _row_reductions(fd, x)
-
-    check_fusion(fn, [x], _row_reductions_eager, atol=1e-5, rtol=1e-4)
-    with FusionDefinition() as fd:
-        fn(fd)
-    fd.execute([x])
-    (run,) = fd.last_execution()
-    src = run.kernel_source
-    assert run.kernel_name.split("_")[1] == "looped"
+    plan = _checked_row_reductions(x)
+    src = plan.source
+    assert plan.mode == "looped"
     # One straight-line block per tile, written once per pass: every pass after the first reads the tile loaded
     # for the first (one load per tile in all), and only the last tile masks its columns.
     assert f"c_{tiles - 1} = {tiles - 1} * BLOCK_C" in src and f"c_{tiles} =" not in src
@@ -276,14 +281,7 @@ def test_rows_of_exactly_one_tile(dtype):
     x[4, :] = -0.0
     x[6, 3] = float("-inf")
 
-    def fn(fd):
-        _row_reductions(fd, x)
-
-    check_fusion(fn, [x], _row_reductions_eager, atol=1e-5, rtol=1e-4)
-    with FusionDefinition() as fd:
-        fn(fd)
-    fd.execute([x])
-    plan = fd.last_runtime().kernel_step(0).plan
+    plan = _checked_row_reductions(x)
     assert plan.mode == "persistent" and plan.block_c == 256 and plan.n_rows % plan.block_r != 0
     assert "< n_cols" not in plan.source and "tl.where(cmask" not in plan.source
 

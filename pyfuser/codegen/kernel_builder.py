@@ -799,12 +799,10 @@ class Emitter:
                 self._store(p, v, scope)
 
     def _emit_looped(self, top: _Scope, full_stores, row_stores) -> None:
-        if self.row_tiles:
-            self._emit_row_tiles(top, full_stores, row_stores)
-            return
         kb = self.kb
         reduces = [v for v in kb.nodes if v.kind == "reduce"]
         last_pass = kb.max_level - (0 if full_stores else 1)
+        tiles: list[_Scope] = []  # rows in tiles: each tile's scope, kept from pass to pass
         for level in range(kb.max_level):
             # Wide rows: what a pass reads is re-read by the next, so it stays in L2 (evict_last) until the last.
             self._load_policy = "" if not self.wide else "evict_first" if level == last_pass else "evict_last"
@@ -815,18 +813,14 @@ class Emitter:
             for v in these:
                 ident = identity_literal(v.reduction, v.dtype)
                 self.w(f"acc{v.uid} = tl.full([BLOCK_R, BLOCK_C], {ident}, {TL_DTYPE[v.dtype]})")
-            depth = self._open_column_loop()
-            inner = _Scope(top)
-            for v in these:
-                x = v.operands[0]
-                self.emit_node(x, inner, "rmask & cmask")
-                ident = identity_literal(v.reduction, v.dtype)
-                src = self._n(x) if x.full else f"tl.broadcast_to({self._n(x)}, [BLOCK_R, {self.bc}])"
-                if not self.full_col_tiles:  # (no row mask: see emit_node's reduce)
-                    src = f"tl.where(cmask, {src}, {ident})"
-                combined = REDUCTIONS[v.reduction][1].format(a=f"acc{v.uid}", b=src)
-                self.w(f"acc{v.uid} = {combined}")
-            self.indent -= depth
+            for scope, masked in self._column_tiles(top, tiles):
+                for v in these:
+                    x = v.operands[0]
+                    self.emit_node(x, scope, f"rmask & cmask{self.sfx}")
+                    src = self._n(x) if x.full else f"tl.broadcast_to({self._n(x)}, [BLOCK_R, {self.bc}])"
+                    if masked:  # (no row mask: see emit_node's reduce)
+                        src = f"tl.where(cmask{self.sfx}, {src}, {identity_literal(v.reduction, v.dtype)})"
+                    self.w(f"acc{v.uid} = {REDUCTIONS[v.reduction][1].format(a=f'acc{v.uid}', b=src)}")
             for v in these:
                 self.w(f"{self._n(v)} = {REDUCTIONS[v.reduction][2].format(x=f'acc{v.uid}')}")
                 top.emitted.add(v.uid)
@@ -838,60 +832,28 @@ class Emitter:
             for p, v in full_stores:
                 self._emit_row_deps(v, top)
             self._load_policy = "evict_first" if self.wide else ""
-            depth = self._open_column_loop()
-            inner = _Scope(top)
-            for p, v in full_stores:
-                self.emit_node(v, inner, "rmask & cmask")
-                self._store(p, v, inner)
-            self.indent -= depth
+            for scope, _ in self._column_tiles(top, tiles):
+                for p, v in full_stores:
+                    self.emit_node(v, scope, f"rmask & cmask{self.sfx}")
+                    self._store(p, v, scope)
             self._load_policy = ""
 
-    def _emit_row_tiles(self, top: _Scope, full_stores, row_stores) -> None:
-        """A looped kernel over ``row_tiles`` tiles, each pass written tile by tile (see __init__). A reduction
-        folds a tile's lanes without the row mask: lanes of rows past ``n_rows`` hold masked loads' zeros and
-        what is computed from them, and reach only their own rows' results, which are never stored."""
-        kb = self.kb
-        reduces = [v for v in kb.nodes if v.kind == "reduce"]
+    def _column_tiles(self, top: _Scope, tiles: list):
+        """The tiles of one pass over the row, each as (its scope, whether its column mask is needed), written
+        inside a column loop, or (rows in tiles, see __init__) one after the other with names of their own
+        (``tiles``: their scopes, made by the first pass and reused by later ones)."""
+        if not self.row_tiles:
+            depth = self._open_column_loop()
+            yield _Scope(top), not self.full_col_tiles
+            self.indent -= depth
+            return
         last = self.row_tiles - 1
-        tiles: list[_Scope] = []
-
-        def tile(k: int) -> _Scope:
+        for k in range(self.row_tiles):
             self.sfx = f"_{k}"
             if k == len(tiles):  # the tile's coordinates, written once before its first use
                 tiles.append(_Scope(top))
                 self._col_setup(f"{k} * BLOCK_C", "n_cols" if k == last else None)
-            return tiles[k]
-
-        for level in range(kb.max_level):
-            these = [v for v in reduces if v.operands[0].level == level]
-            for v in these:
-                self._emit_row_deps(v.operands[0], top)
-            for v in these:
-                ident = identity_literal(v.reduction, v.dtype)
-                self.w(f"acc{v.uid} = tl.full([BLOCK_R, BLOCK_C], {ident}, {TL_DTYPE[v.dtype]})")
-            for k in range(self.row_tiles):
-                scope = tile(k)
-                for v in these:
-                    x = v.operands[0]
-                    self.emit_node(x, scope, f"rmask & cmask_{k}")
-                    src = self._n(x) if x.full else f"tl.broadcast_to({self._n(x)}, [BLOCK_R, BLOCK_C])"
-                    if k == last:
-                        src = f"tl.where(cmask_{k}, {src}, {identity_literal(v.reduction, v.dtype)})"
-                    self.w(f"acc{v.uid} = {REDUCTIONS[v.reduction][1].format(a=f'acc{v.uid}', b=src)}")
-            self.sfx = ""
-            for v in these:
-                self.w(f"{self._n(v)} = {REDUCTIONS[v.reduction][2].format(x=f'acc{v.uid}')}")
-                top.emitted.add(v.uid)
-        for p, v in row_stores:
-            self._emit_row_deps(v, top)
-            self._store(p, v, top)
-        for p, v in full_stores:
-            self._emit_row_deps(v, top)
-        for k in range(self.row_tiles if full_stores else 0):
-            scope = tile(k)
-            for p, v in full_stores:
-                self.emit_node(v, scope, f"rmask & cmask_{k}")
-                self._store(p, v, scope)
+            yield tiles[k], k == last
         self.sfx = ""
 
     def _open_column_loop(self) -> int:
