@@ -20,9 +20,11 @@ Sections:
 - ``l2``: [1024, 65536] looped reductions scheduled so that their re-reads of a row hit L2;
 - ``rowgrid``: the best of ``l2`` widened (programs per SM, tiles in flight, hints) over the long-row shapes;
 - ``persistent``: [1024, 65536] bf16 rows held in registers by one program of 16 or 32 warps, with the fp32 tile
-  values of later passes kept or recomputed from the bf16 row (``rematerialized``).
+  values of later passes kept or recomputed from the bf16 row (``rematerialized``);
+- ``rowpipe``: bf16 [4096, 16384] rows in registers walked by a grid of 1-4 programs per SM, the next row's loads
+  pipelined (1-3 stages), against one program per row.
 The looped-kernel sections patch plain looped kernels, so they turn plan.wide_rows off (``wide_programs_per_sm=0``).
-Results (JSON, one record per variant) go to ``<out>/<date>-kernel-variants.json``.
+Results (JSON, one record per variant) go to ``<out>/<date>-kernel-variants<--tag>.json``.
 """
 
 from __future__ import annotations
@@ -506,15 +508,42 @@ def section_persistent(sw: Sweep) -> None:
             sw.run(f"{name} [1024, 65536]", fd, inputs, nbytes, variants)
 
 
+def grid_over_rows_staged(stages: int):
+    """grid_over_rows with Triton's software pipeliner on the row loop: the next row's loads are issued (as
+    asynchronous copies into shared memory) while the current row is reduced."""
+    def patch(src: str) -> str:
+        return _indent_after(src, "    pid_r = tl.program_id(0)",
+                             "    for pid_r in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_R), tl.num_programs(0), "
+                             f"num_stages={stages}):")
+    return patch
+
+
+def section_rowpipe(sw: Sweep) -> None:
+    """bf16 rows of 16384 held in registers (persistent, 16 warps, two programs per SM by registers): a grid of
+    1-4 programs per SM walking the rows, with the next row's loads in flight (1-3 pipeline stages), against
+    one program per row."""
+    for dtype in (torch.bfloat16,):
+        for name, fd, inputs, nbytes in _cases((4096, 16384), dtype, ("layernorm", "softmax")):
+            variants = [("as planned (persistent)", [], {})]
+            for warps in (16, 8):
+                for per_sm in (1, 2, 4):
+                    for stages in (1, 2, 3):
+                        variants.append((f"{per_sm}/SM w{warps} stages{stages}", [grid_over_rows_staged(stages)],
+                                         dict(grid=(sw.n_sms * per_sm,), num_warps=warps)))
+            sw.run(f"{name} [4096, 16384]", fd, inputs, nbytes, variants)
+
+
 SECTIONS = dict(tiles=section_tiles, wide=section_wide, bounds=section_bounds, divcheck=section_divcheck,
                 pointwise=section_pointwise, clusters=section_clusters,
-                pipeline=section_pipeline, l2=section_l2, rowgrid=section_rowgrid, persistent=section_persistent)
+                pipeline=section_pipeline, l2=section_l2, rowgrid=section_rowgrid, persistent=section_persistent,
+                rowpipe=section_rowpipe)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sections", default="tiles", help="comma-separated subset of " + ",".join(SECTIONS))
     ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--tag", default="", help="suffix of the result file's name")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("sweep_kernel_variants.py times real kernels: it needs a CUDA device")
@@ -523,7 +552,7 @@ def main() -> None:
     for name in args.sections.split(","):
         SECTIONS[name](sw)
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"{datetime.date.today().isoformat()}-kernel-variants.json")
+    path = os.path.join(args.out, f"{datetime.date.today().isoformat()}-kernel-variants{args.tag}.json")
     with open(path, "w") as f:
         json.dump(dict(copy_gb_s=sw.copy, device=torch.cuda.get_device_name(), records=sw.records), f, indent=0)
     print("wrote", path)

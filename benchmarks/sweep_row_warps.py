@@ -1,8 +1,8 @@
 """Sweep the warps and rows per program of row-reduction kernels whose rows fit in registers, on the GPU.
 
-    python benchmarks/sweep_row_warps.py [--out FILE.jsonl] [--budget-s S]
+    python benchmarks/sweep_row_warps.py [--out FILE.jsonl] [--budget-s S] [--shapes 4096x16384,...]
 
-Persistent rows ([32768, 1024], [16384, 4096]): elements per program x warps (one count for every
+Persistent rows ([32768, 1024], [16384, 4096], [4096, 16384]): elements per program x warps (one count for every
 size); rows in unrolled tiles ([8191, 5000], plan.row_tiles): warps x tile widths. RMSNorm, LayerNorm and softmax, bf16 and
 fp32 I/O, fresh fusions per configuration, timed with triton.testing.do_bench; one JSON line per (case, shape,
 config) with its share of the measured copy bandwidth, then default and best per case. plan.TUNING's
@@ -26,6 +26,7 @@ from pyfuser.codegen import plan  # noqa: E402
 ap = argparse.ArgumentParser()
 ap.add_argument("--out", default="row-warps.jsonl")
 ap.add_argument("--budget-s", type=float, default=600)
+ap.add_argument("--shapes", default="", help="only these shapes (ROWSxCOLS, comma-separated)")
 args = ap.parse_args()
 dev = torch.device("cuda")
 bw = bf.copy_bandwidth(dev)
@@ -46,8 +47,14 @@ def tiles(w, widths):
 configs = {
     (32768, 1024): [persistent(e, w) for e in (1024, 2048, 4096, 8192) for w in (1, 2, 4, 8)],
     (16384, 4096): [persistent(e, w) for e in (4096, 8192) for w in (2, 4, 8, 16)],
+    # (and rows of a power-of-two width in unrolled tiles, which the default keeps for wasteful widths only)
+    (4096, 16384): [persistent(16384, w) for w in (4, 8, 16, 32)]
+    + [dict(tiles(w, ws), row_tiles_max_waste=-1.0) for w in (8, 16) for ws in ((4096,), (2048,))],
     (8191, 5000): [tiles(w, ws) for w in (2, 4, 8, 16) for ws in ((4096, 2048, 1024), (1024,))],
 }
+if args.shapes:
+    keep = {tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")}
+    configs = {k: v for k, v in configs.items() if k in keep}
 out = open(args.out, "w")
 best = {}
 t0 = time.time()
