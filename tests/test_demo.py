@@ -87,7 +87,9 @@ EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.name)
-def test_example_runs(script, capsys):
-    # Each example checks itself against eager PyTorch with asserts; running it is the test.
+def test_example_runs(script, capsys, monkeypatch):
+    # Each example checks itself against eager PyTorch with asserts; running it is the test. It runs as
+    # `python examples/<script>` would, without arguments (pytest's own would reach its argument parser).
+    monkeypatch.setattr("sys.argv", [str(script)])
     runpy.run_path(str(script), run_name="__main__")
     assert "OK:" in capsys.readouterr().out
