@@ -22,7 +22,8 @@ Sections:
 - ``persistent``: [1024, 65536] bf16 rows held in registers by one program of 16 or 32 warps, with the fp32 tile
   values of later passes kept or recomputed from the bf16 row (``rematerialized``);
 - ``rowpipe``: bf16 [4096, 16384] rows in registers walked by a grid of 1-4 programs per SM, the next row's loads
-  pipelined (1-3 stages), against one program per row.
+  pipelined (1-3 stages), against one program per row;
+- ``maxnreg``: bf16 row kernels with their registers capped (more programs per SM, some spills).
 The looped-kernel sections patch plain looped kernels, so they turn plan.wide_rows off (``wide_programs_per_sm=0``).
 Results (JSON, one record per variant) go to ``<out>/<date>-kernel-variants<--tag>.json``.
 """
@@ -533,10 +534,19 @@ def section_rowpipe(sw: Sweep) -> None:
             sw.run(f"{name} [4096, 16384]", fd, inputs, nbytes, variants)
 
 
+def section_maxnreg(sw: Sweep) -> None:
+    """bf16 row kernels held in registers, their registers capped (Triton's ``maxnreg``) so that more programs
+    fit on an SM (at the cost of spills), against the compiler's own allocation."""
+    for shape in ((4096, 16384), (8191, 5000), (16384, 4096)):
+        for name, fd, inputs, nbytes in _cases(shape, torch.bfloat16, ("layernorm", "softmax")):
+            variants = [("as planned", [], {})] + [(f"maxnreg {r}", [], dict(maxnreg=r)) for r in (32, 40, 48)]
+            sw.run(f"{name} {list(shape)}", fd, inputs, nbytes, variants)
+
+
 SECTIONS = dict(tiles=section_tiles, wide=section_wide, bounds=section_bounds, divcheck=section_divcheck,
                 pointwise=section_pointwise, clusters=section_clusters,
                 pipeline=section_pipeline, l2=section_l2, rowgrid=section_rowgrid, persistent=section_persistent,
-                rowpipe=section_rowpipe)
+                rowpipe=section_rowpipe, maxnreg=section_maxnreg)
 
 
 def main() -> None:
