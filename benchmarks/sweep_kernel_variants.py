@@ -65,10 +65,20 @@ def _indent_after(src: str, line: str, new_line: str) -> str:
     return head + new_line + "\n" + "\n".join(("    " + t) if t.strip() else t for t in tail.split("\n"))
 
 
-def grid_over_rows(src: str) -> str:
-    """Each program loops over rows (a grid of a few programs per SM)."""
-    return _indent_after(src, "    pid_r = tl.program_id(0)",
-                         "    for pid_r in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_R), tl.num_programs(0)):")
+def grid_over_rows_staged(stages: int = 0):
+    """Each program loops over rows (a grid of a few programs per SM); ``stages``: with Triton's software
+    pipeliner on the row loop, the next row's loads issued (as asynchronous copies into shared memory) while the
+    current row is reduced (0: no pipelining)."""
+    staging = f", num_stages={stages}" if stages else ""
+
+    def patch(src: str) -> str:
+        return _indent_after(src, "    pid_r = tl.program_id(0)",
+                             "    for pid_r in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_R), tl.num_programs(0)"
+                             f"{staging}):")
+    return patch
+
+
+grid_over_rows = grid_over_rows_staged()
 
 
 def eviction_hints(src: str) -> str:
@@ -507,16 +517,6 @@ def section_persistent(sw: Sweep) -> None:
             variants.append(("persistent w32, rematerialized, 1 stage", [rematerialized],
                              dict(BLOCK_R=1, num_warps=32, num_stages=1)))
             sw.run(f"{name} [1024, 65536]", fd, inputs, nbytes, variants)
-
-
-def grid_over_rows_staged(stages: int):
-    """grid_over_rows with Triton's software pipeliner on the row loop: the next row's loads are issued (as
-    asynchronous copies into shared memory) while the current row is reduced."""
-    def patch(src: str) -> str:
-        return _indent_after(src, "    pid_r = tl.program_id(0)",
-                             "    for pid_r in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_R), tl.num_programs(0), "
-                             f"num_stages={stages}):")
-    return patch
 
 
 def section_rowpipe(sw: Sweep) -> None:

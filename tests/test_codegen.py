@@ -270,12 +270,14 @@ def test_rows_in_tiles(cols, tiles, layout):
     assert src.count("tl.load(") == tiles and src.count("< n_cols") == 1
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "sliced"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_rows_of_exactly_one_tile(dtype):
+def test_rows_of_exactly_one_tile(dtype, layout):
     # Rows exactly one persistent tile wide fold every lane with no column mask (Emitter.full_col_tiles), and
     # reductions never mask rows: 7 rows in blocks of several leave rows past n_rows in the last block, computed
     # from masked loads' zeros, which must reach no real row and no store. Special values in the last row too.
-    x = make((7, 256), dtype)
+    # "sliced": a column window of a wider tensor (row pitch 261, offset 2).
+    x = make((7, 256), dtype) if layout == "contiguous" else make((7, 261), dtype)[:, 2:258]
     x[1, 255] = float("nan")
     x[2, 0] = float("inf")
     x[4, :] = -0.0
@@ -397,13 +399,17 @@ def test_bf16_widening_keeps_every_bit_pattern():
         assert_same(prod, t.float() * t.amax(1, keepdim=True).float(), atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "sliced"])
 @pytest.mark.parametrize("reader", ["iota", "pad"])
-def test_ragged_rows_read_their_column_coordinate_per_tile(reader):
+def test_ragged_rows_read_their_column_coordinate_per_tile(reader, layout):
     # A ragged row (300 bf16) whose kernel reads its column coordinate (an iota along it; a pad's mask): the
     # row's last few columns are a narrower tile of their own (Emitter.split_interior), whose coordinate is its
-    # own variable. The kernel once read the wide tile's there, and Triton failed on the shapes.
+    # own variable. The kernel once read the wide tile's there, and Triton failed on the shapes. "sliced": x a
+    # column window of a wider tensor (row pitch width + 5, offset 3).
     rows, cols = 5, 300
-    x = make((rows, cols - 1 if reader == "pad" else cols), torch.bfloat16)
+    width = cols - 1 if reader == "pad" else cols
+    x = make((rows, width), torch.bfloat16) if layout == "contiguous" else \
+        make((rows, width + 5), torch.bfloat16)[:, 3:width + 3]
     x[0, 0], x[1, -1], x[4, :] = float("nan"), float("inf"), -0.0
 
     def fn(fd):
