@@ -1,0 +1,139 @@
+"""SASS instruction census of the generated kernels of bench_fusions' cases, without a GPU.
+
+Run anywhere Triton is installed (a CPU machine will do):
+
+    TRITON_INTERPRET=1 python benchmarks/sass_census.py --cases softmax,layernorm --shapes 8191x5000 --dtypes bf16
+
+Each case is planned as the GPU would plan it (the kernels' GPU sources, 132 SMs, launches skipped), compiled
+for sm_90a with the launch options pyfuser uses, and disassembled with the cuobjdump Triton ships. Printed per
+kernel: SASS instructions, MUFU (special-function) instructions, registers, stack bytes (spills), and, for kernels
+without loops, instructions per element (each thread runs its code once for its share of the program's
+elements). Why: the bf16 row kernels are issue-bound, and an instruction count is the cheapest A/B there is.
+``--dump DIR`` writes each kernel's source and SASS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import torch  # noqa: E402
+
+import bench_fusions as bf  # noqa: E402
+
+_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+_COMPILE = r"""
+import importlib.util, json, os, sys
+import triton
+from triton.backends.compiler import GPUTarget
+k, out_dir = json.load(sys.stdin), sys.argv[1]
+path = os.path.join(out_dir, "kernel.py")
+with open(path, "w") as f:
+    f.write(k["source"])
+spec = importlib.util.spec_from_file_location("kernel", path)
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+sig = {n: tuple(t) if isinstance(t, list) else t for n, t in k["signature"].items()}
+consts = {n: getattr(mod, c[1:]) if isinstance(c, str) and c.startswith("@") else c
+          for n, c in k["constexprs"].items()}
+attrs = {(i,): [["tt.divisibility", 16]] for i in k.get("aligned", [])}
+src = triton.compiler.ASTSource(fn=getattr(mod, k["name"]), signature=sig, constexprs=consts, attrs=attrs)
+c = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=k["options"])
+with open(os.path.join(out_dir, "kernel.cubin"), "wb") as f:
+    f.write(c.asm["cubin"])
+print(json.dumps({"shared": c.metadata.shared}))
+"""
+
+_INSTR = re.compile(r"/\*[0-9a-f]{4}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
+
+
+def plans_for(name: str, rows: int, cols: int, dtype: torch.dtype) -> list:
+    """The kernel plans of one bench_fusions case, planned for the GPU on the CPU: GPU sources, launches skipped."""
+    from pyfuser.codegen import elementwise_lowerings, kernel_builder, launcher, plan
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from sm90 import plans_of
+
+    elementwise_lowerings.interpreting = kernel_builder.interpreting = lambda: False
+    launcher.Launcher.launch = lambda self, *a, **k: None
+    plan._SM_COUNT[:] = [132]
+    for case, fd, _eager, inputs in bf.make_cases(rows, cols, torch.device("cpu"), dtype):
+        if case.split(" [")[0] == name:
+            fd.execute(inputs)
+            return plans_of(fd)
+    raise SystemExit(f"no case {name!r}; cases: {[c[0] for c in bf.make_cases(2, 2, 'cpu')]}")
+
+
+def census(p, dump: str | None = None, label: str = "") -> dict:
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from sm90 import kernel_spec
+
+    import triton
+
+    spec = kernel_spec(p, specialized=True)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    with tempfile.TemporaryDirectory() as d:
+        proc = subprocess.run([sys.executable, "-c", _COMPILE, d], input=json.dumps(spec), capture_output=True,
+                              text=True, env=env, timeout=600)
+        if proc.returncode:
+            raise SystemExit(proc.stderr[-4000:])
+        info = json.loads(proc.stdout.strip().splitlines()[-1])
+        cubin = os.path.join(d, "kernel.cubin")
+        sass = subprocess.run([os.path.join(bin_dir, "cuobjdump"), "-sass", cubin],
+                              capture_output=True, text=True, check=True).stdout
+        usage = subprocess.run([os.path.join(bin_dir, "cuobjdump"), "-res-usage", cubin],
+                               capture_output=True, text=True, check=True).stdout
+    reg, stack = re.search(r"REG:(\d+)", usage), re.search(r"STACK:(\d+)", usage)
+    info.update(regs=int(reg.group(1)) if reg else None, stack=int(stack.group(1)) if stack else None)
+    ops = [m.group(2) for m in map(_INSTR.search, sass.splitlines()) if m]
+    ops = [o for o in ops if o != "NOP"]
+    loops = any(o.startswith("BRA") for o in ops) and "for " in p.source
+    threads = 32 * p.num_warps
+    elems = _elements_per_program(p)
+    row = {"kernel": p.name, "warps": p.num_warps, "sass": len(ops), "mufu": sum(o.startswith("MUFU") for o in ops),
+           **info, "loops": loops}
+    if elems and not loops:
+        row["per_elem"] = round(len(ops) * threads / elems, 1)
+    if dump:
+        os.makedirs(dump, exist_ok=True)
+        with open(os.path.join(dump, f"{label}{p.name}.py"), "w") as f:
+            f.write(p.source)
+        with open(os.path.join(dump, f"{label}{p.name}.sass"), "w") as f:
+            f.write(sass)
+    return row
+
+
+def _elements_per_program(p) -> int:
+    """Elements one program covers: a tile of a pointwise kernel, whole rows of the others."""
+    return p.block_r * (min(p.block_c, p.n_cols) if p.mode == "pointwise" else p.n_cols)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default="gelu(x*w+b),rmsnorm,layernorm,softmax fp32,slice+add+mul")
+    ap.add_argument("--shapes", default=",".join(f"{r}x{c}" for r, c in bf.SHAPES))
+    ap.add_argument("--dtypes", default="bf16")
+    ap.add_argument("--dump", default=None, help="write each kernel's source and SASS here")
+    args = ap.parse_args()
+    for dt in args.dtypes.split(","):
+        for shape in args.shapes.split(","):
+            r, c = map(int, shape.split("x"))
+            for name in args.cases.split(","):
+                for p in plans_for(name, r, c, _DTYPES[dt]):
+                    row = census(p, args.dump, f"{name}-{dt}-{shape}-".replace("*", "").replace("+", "_"))
+                    print(json.dumps({"case": name, "dtype": dt, "shape": [r, c], **row}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
