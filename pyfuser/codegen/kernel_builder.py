@@ -14,6 +14,10 @@ A value's *level* is the number of reductions on its path; level-k full values a
 
 from __future__ import annotations
 
+import math
+import re
+import struct
+
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -149,6 +153,16 @@ def _tanh_f32(x):
         selp.b32 $0, s, yb, small;
         }""",
         "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _to_bf16_canonical_nan(x):
+    # x narrowed to bf16 with every NaN as 0x7FFF, the canonical NaN of eager's CUDA conversion (cvt.rn.bf16.f32:
+    # 0x7FC0 in, 0x7FFF out on the H200). Used where x may be a bf16 value widened and then only moved (selected,
+    # padded, its sign changed): LLVM folds such a widening and narrowing into a copy, which would keep the NaN's
+    # own bits. The select is on the integer bits, which no float folding removes.
+    b = x.to(tl.bfloat16).to(tl.int16, bitcast=True)
+    return tl.where(x != x, tl.full([], 0x7FFF, tl.int16), b).to(tl.bfloat16, bitcast=True)
 
 
 @triton.jit
@@ -930,6 +944,98 @@ def _bf16_row_divisions(kb: KernelBuilder) -> None:
             n.operands, n.template = (a, recip, b), "_div_for_bf16({0}, {1}, {2})"
 
 
+# Ops whose float result is computed (so a NaN result is the GPU's canonical NaN, also when the compiler narrows
+# the op itself to bf16), unless a constant operand makes them a move (x * 1.0, x * -1.0, x + -0.0, x - 0.0).
+_COMPUTING_CALLS = tuple(f"libdevice.{f}(" for f in (
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "tanh", "sin", "cos", "tan", "sinh", "cosh", "asin",
+    "acos", "atan", "asinh", "acosh", "atanh", "erf", "erfc", "sqrt", "rsqrt", "div_rn")) + (
+    "_tanh_f32(", "_div_for_bf16(", "_bf16_div_reciprocal(")
+_TO_BF16_CANONICAL = "_to_bf16_canonical_nan({0})"
+
+
+def _may_move_nan(v: KValue, memo: dict) -> bool:
+    """Whether float ``v`` may be a NaN of a 16-bit float that reached it through moves alone (a widening cast,
+    selects, sign changes, reductions that pick an element), never through arithmetic. Unknown ops count as moves:
+    the answer only decides whether a narrowing pays two instructions per element for eager's bits."""
+    if not v.dtype.is_floating_point:
+        return False
+    if v.uid in memo:
+        return memo[v.uid]
+    memo[v.uid] = False  # (no cycles in the kernel IR; this only guards the recursion)
+    ops = [o for o in v.operands if isinstance(o, KValue)]
+    if v.kind == "const" or (v.kind == "op" and not ops):
+        value = _float_constant(v)  # a NaN constant is narrowed at compile time, its bits kept
+        out = value is not None and value != value
+    elif v.kind in ("load", "arg"):
+        out = False  # a 32/64-bit float read or passed is converted by the instruction, canonically
+    elif v.kind == "op" and v.template.endswith((".to(tl.float32)", ".to(tl.float64)")) and len(ops) == 1:
+        out = ops[0].dtype in (torch.bfloat16, torch.float16) or _may_move_nan(ops[0], memo)
+    elif v.kind == "op" and v.template in _ARITHMETIC:
+        out = _may_be_a_move(v.template, ops) and any(_may_move_nan(o, memo) for o in ops)
+    elif v.kind == "op" and v.template.startswith(_COMPUTING_CALLS):
+        out = False
+    else:
+        out = any(_may_move_nan(o, memo) for o in ops)
+    memo[v.uid] = out
+    return out
+
+
+def _may_be_a_move(template: str, ops: list) -> bool:
+    """Whether the compiler may fold this arithmetic op into a move of an operand: a product or quotient by +-1,
+    a sum with -0.0, a difference with +0.0, or a constant whose value is not read here. A scalar argument's
+    value is not known to the compiler either: with one the op is computed."""
+    for i, o in enumerate(ops):
+        if o.kind == "const" or (o.kind == "op" and not o.operands):
+            if _RUNTIME_SCALAR.match(o.template):
+                continue
+            value = _float_constant(o)
+            if value is None:
+                return True
+            negative_zero = value == 0.0 and math.copysign(1.0, value) < 0
+            if template in ("{0} * {1}", "libdevice.div_rn({0}, {1})") and abs(value) == 1.0 and (
+                    i == 1 or template == "{0} * {1}"):
+                return True
+            if (template == "{0} + {1}" and negative_zero) or (
+                    template == "{0} - {1}" and i == 1 and value == 0.0 and not negative_zero):
+                return True
+    return False
+
+
+_BITS_CONSTANT = re.compile(r"tl\.full\(\[\], (-?\d+), tl\.int(16|32|64)\)\.to\(tl\.float(16|32|64), bitcast=True\)$")
+_FULL_CONSTANT = re.compile(r"tl\.full\(\[\], (.+), tl\.float(16|32|64)\)$")
+_RUNTIME_SCALAR = re.compile(r"tl\.full\(\[\], [A-Za-z_]\w*, tl\.\w+\)$")  # KernelBuilder.arg
+
+
+def _float_constant(c: KValue) -> Optional[float]:
+    """The value of a float constant node (a literal, a literal of another width, or bits: KernelBuilder.const),
+    None if not known here (a scalar argument's)."""
+    text = c.template
+    m = _FULL_CONSTANT.match(text)
+    if m is not None and not _RUNTIME_SCALAR.match(text):
+        text = m.group(1)
+    try:
+        return float(text if not text.startswith("float(") else text[7:-2])  # 1.5, float("nan"), float("-inf")
+    except ValueError:
+        pass
+    m = _BITS_CONSTANT.match(text)
+    if m is None:
+        return None
+    width = int(m.group(2))
+    fmt = {16: "e", 32: "f", 64: "d"}[width]
+    return struct.unpack(fmt, (int(m.group(1)) % (1 << width)).to_bytes(width // 8, "little"))[0]
+
+
+def _canonical_bf16_nans(kb: KernelBuilder) -> None:
+    """Narrowings to bf16 of values that may be moved 16-bit NaNs (_may_move_nan) give every NaN eager's CUDA
+    bits, 0x7FFF (_to_bf16_canonical_nan in the prelude); the GPU only (the interpreter runs each conversion as
+    written, with torch's CPU rounding, as eager's CPU conversion does)."""
+    memo: dict = {}
+    for n in kb.nodes:
+        if (n.kind == "op" and n.template == _TO_BF16 and n.operands[0].dtype in (torch.float32, torch.float64)
+                and _may_move_nan(n.operands[0], memo)):
+            n.template = _TO_BF16_CANONICAL
+
+
 def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, mode, index64,
                   n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0, lanes_per_thread: int = 1,
                   split_interior: int = 0, full_col_tiles: bool = False) -> str:
@@ -938,6 +1044,8 @@ def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, 
     _mark_arithmetic_min_max(kb)
     if lanes_per_thread % 4 == 0 and not interpreting():
         _bf16_row_divisions(kb)
+    if not interpreting():
+        _canonical_bf16_nans(kb)
     body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64, n_cols_factor, row_tiles, wide,
                    split_interior, full_col_tiles).source(name)
     header = "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n"
