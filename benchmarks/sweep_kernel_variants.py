@@ -23,7 +23,9 @@ Sections:
   values of later passes kept or recomputed from the bf16 row (``rematerialized``);
 - ``rowpipe``: bf16 [4096, 16384] rows in registers walked by a grid of 1-4 programs per SM, the next row's loads
   pipelined (1-3 stages), against one program per row;
-- ``maxnreg``: bf16 row kernels with their registers capped (more programs per SM, some spills).
+- ``maxnreg``: bf16 row kernels with their registers capped (more programs per SM, some spills);
+- ``prefetch``: bf16 rows in registers walked by a grid of 1-8 programs per SM, with and without each row
+  block's loads issued one block ahead into registers.
 The looped-kernel sections patch plain looped kernels, so they turn plan.wide_rows off (``wide_programs_per_sm=0``).
 Results (JSON, one record per variant) go to ``<out>/<date>-kernel-variants<--tag>.json``.
 """
@@ -79,6 +81,57 @@ def grid_over_rows_staged(stages: int = 0):
 
 
 grid_over_rows = grid_over_rows_staged()
+
+
+_ROW_SETUP = re.compile(r"^    (r|rmask|rc\d+|\w+_roff) = ")
+_COL_SETUP = re.compile(r"^    (c|cmask|\w+_coff)(_\d+)? = ")
+_LOAD = re.compile(r"^    (\w+) = tl\.load\((t\d+)_ptr (.*)$")
+
+
+def _next_row(line: str) -> str:
+    """A row-setup or row-load line rewritten for the row block ``tl.num_programs(0)`` blocks further on."""
+    line = re.sub(r"\bpid_r\b", "(pid_r + tl.num_programs(0))", line)
+    line = re.sub(r"\b(\w+)_roff\b", r"\1_roff_n", line)
+    line = re.sub(r"\brmask\b", "rmask_n", line)
+    line = re.sub(r"\brc(\d+)\b", r"rcn\1", line)
+    return re.sub(r"\br\b", "rn", line)
+
+
+def register_prefetch_hoisting(hoist: bool):
+    """A patch: a persistent kernel (rows in registers) as a grid of a few programs per SM walking the row blocks,
+    each row block's loads issued into registers one row block ahead (no shared memory, no Triton pipelining):
+    the next block's loads are in flight while the current one is reduced and stored. Column coordinates move
+    before the loop; with ``hoist`` the loads of column-only tensors (a norm's weight and bias) too, once per
+    program (the compiler then keeps them, converted to fp32, in registers across the loop)."""
+    return lambda src: register_prefetch(src, hoist)
+
+
+def register_prefetch(src: str, hoist: bool = False) -> str:
+    head, body = src.split("    pid_r = tl.program_id(0)\n", 1)
+    lines = body.rstrip("\n").split("\n")
+    rowless = set(re.findall(r"^    (t\d+)_roff = r \* 0$", body, re.M))
+    row_setup = [ln for ln in lines if _ROW_SETUP.match(ln)]
+    col_setup = [ln for ln in lines if _COL_SETUP.match(ln)]
+    row_loads, col_loads = [], []
+    for ln in lines:
+        m = _LOAD.match(ln)
+        if m:
+            if m.group(2) not in rowless and f"{m.group(2)}_roff" in ln:
+                row_loads.append(ln)
+            elif hoist:
+                col_loads.append(ln)
+    moved = set(row_setup) | set(col_setup) | set(row_loads) | set(col_loads)
+    rest = [ln for ln in lines if ln not in moved]
+    out = ["    pid_r = tl.program_id(0)", *row_setup, *col_setup, *col_loads]
+    out += [ln.replace(" = tl.load(", "_pf = tl.load(", 1) for ln in row_loads]
+    out += ["    for pid_r in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_R), tl.num_programs(0)):"]
+    loop = list(row_setup)
+    loop += [f"    {_LOAD.match(ln).group(1)} = {_LOAD.match(ln).group(1)}_pf" for ln in row_loads]
+    loop += [_next_row(ln) for ln in row_setup]
+    loop += [_next_row(ln).replace(" = tl.load(", "_pf = tl.load(", 1) for ln in row_loads]
+    loop += rest
+    out += ["    " + ln for ln in loop]
+    return head + "\n".join(out) + "\n"
 
 
 def eviction_hints(src: str) -> str:
@@ -534,6 +587,23 @@ def section_rowpipe(sw: Sweep) -> None:
             sw.run(f"{name} [4096, 16384]", fd, inputs, nbytes, variants)
 
 
+def section_prefetch(sw: Sweep) -> None:
+    """bf16 rows held in registers (persistent kernels and rows in tiles): a grid of k programs per SM walking the
+    row blocks, plain (``walk``) and with each block's loads issued one block ahead into registers
+    (``prefetch``, register_prefetch), against one program per row block as planned."""
+    for shape in ((16384, 4096), (8191, 5000), (32768, 1024), (4096, 16384)):
+        for name, fd, inputs, nbytes in _cases(shape, torch.bfloat16, ("rmsnorm", "layernorm", "softmax")):
+            variants = [("as planned", [], {})]
+            for per_sm in (1, 2, 4, 8):
+                grid = (sw.n_sms * per_sm,)
+                variants.append((f"walk {per_sm}/SM", [grid_over_rows], dict(grid=grid)))
+                variants.append((f"prefetch {per_sm}/SM", [register_prefetch], dict(grid=grid)))
+                if name.startswith("layernorm"):
+                    variants.append((f"prefetch+hoist {per_sm}/SM", [register_prefetch_hoisting(True)],
+                                     dict(grid=grid)))
+            sw.run(f"{name} {list(shape)}", fd, inputs, nbytes, variants)
+
+
 def section_maxnreg(sw: Sweep) -> None:
     """bf16 row kernels held in registers, their registers capped (Triton's ``maxnreg``) so that more programs
     fit on an SM (at the cost of spills), against the compiler's own allocation."""
@@ -546,7 +616,8 @@ def section_maxnreg(sw: Sweep) -> None:
 SECTIONS = dict(tiles=section_tiles, wide=section_wide, bounds=section_bounds, divcheck=section_divcheck,
                 pointwise=section_pointwise, clusters=section_clusters,
                 pipeline=section_pipeline, l2=section_l2, rowgrid=section_rowgrid, persistent=section_persistent,
-                rowpipe=section_rowpipe, maxnreg=section_maxnreg)
+                rowpipe=section_rowpipe, maxnreg=section_maxnreg,
+                prefetch=section_prefetch)
 
 
 def main() -> None:
