@@ -2,13 +2,15 @@
 
 Run anywhere Triton is installed (a CPU machine will do):
 
-    TRITON_INTERPRET=1 python benchmarks/sass_census.py --cases softmax,layernorm --shapes 8191x5000 --dtypes bf16
+    python benchmarks/sass_census.py --cases "softmax fp32,layernorm" --shapes 8191x5000 --dtypes bf16
 
 Each case is planned as the GPU would plan it (the kernels' GPU sources, 132 SMs, launches skipped), compiled
 for sm_90a with the launch options pyfuser uses, and disassembled with the cuobjdump Triton ships. Printed per
-kernel: SASS instructions, MUFU (special-function) instructions, registers, stack bytes (spills), and, for kernels
-without loops, instructions per element (each thread runs its code once for its share of the program's
-elements). Why: the bf16 row kernels are issue-bound, and an instruction count is the cheapest A/B there is.
+kernel: SASS instructions, MUFU (special-function) instructions, registers, stack bytes (spills), and, for
+kernels without loops, static instructions per element (each thread runs its code once for its share of the
+program's elements; a rarely taken branch, such as the bf16 row division's exact path, counts as if it ran).
+Why: bf16 kernels can be bound by instruction issue (tanh-GELU is), and an instruction count is the cheapest
+A/B there is, with or without a GPU.
 ``--dump DIR`` writes each kernel's source and SASS.
 """
 
@@ -32,28 +34,6 @@ import bench_fusions as bf  # noqa: E402
 
 _DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
-_COMPILE = r"""
-import importlib.util, json, os, sys
-import triton
-from triton.backends.compiler import GPUTarget
-k, out_dir = json.load(sys.stdin), sys.argv[1]
-path = os.path.join(out_dir, "kernel.py")
-with open(path, "w") as f:
-    f.write(k["source"])
-spec = importlib.util.spec_from_file_location("kernel", path)
-mod = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(mod)
-sig = {n: tuple(t) if isinstance(t, list) else t for n, t in k["signature"].items()}
-consts = {n: getattr(mod, c[1:]) if isinstance(c, str) and c.startswith("@") else c
-          for n, c in k["constexprs"].items()}
-attrs = {(i,): [["tt.divisibility", 16]] for i in k.get("aligned", [])}
-src = triton.compiler.ASTSource(fn=getattr(mod, k["name"]), signature=sig, constexprs=consts, attrs=attrs)
-c = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=k["options"])
-with open(os.path.join(out_dir, "kernel.cubin"), "wb") as f:
-    f.write(c.asm["cubin"])
-print(json.dumps({"shared": c.metadata.shared}))
-"""
-
 _INSTR = re.compile(r"/\*[0-9a-f]{4}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
 
 
@@ -76,29 +56,24 @@ def plans_for(name: str, rows: int, cols: int, dtype: torch.dtype) -> list:
 
 def census(p, dump: str | None = None, label: str = "") -> dict:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-    from sm90 import kernel_spec
+    from sm90 import compile_cubin, kernel_spec
 
     import triton
 
-    spec = kernel_spec(p, specialized=True)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    (cubin,) = compile_cubin([kernel_spec(p, specialized=True)])
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.TemporaryDirectory() as d:
-        proc = subprocess.run([sys.executable, "-c", _COMPILE, d], input=json.dumps(spec), capture_output=True,
-                              text=True, env=env, timeout=600)
-        if proc.returncode:
-            raise SystemExit(proc.stderr[-4000:])
-        info = json.loads(proc.stdout.strip().splitlines()[-1])
-        cubin = os.path.join(d, "kernel.cubin")
-        sass = subprocess.run([os.path.join(bin_dir, "cuobjdump"), "-sass", cubin],
-                              capture_output=True, text=True, check=True).stdout
-        usage = subprocess.run([os.path.join(bin_dir, "cuobjdump"), "-res-usage", cubin],
-                               capture_output=True, text=True, check=True).stdout
-    reg, stack = re.search(r"REG:(\d+)", usage), re.search(r"STACK:(\d+)", usage)
-    info.update(regs=int(reg.group(1)) if reg else None, stack=int(stack.group(1)) if stack else None)
+        path = os.path.join(d, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True, check=True).stdout
+        usage = subprocess.run([tool, "-res-usage", path], capture_output=True, text=True, check=True).stdout
+    reg, stack, shared = (re.search(rf"{k}:(\d+)", usage) for k in ("REG", "STACK", "SHARED"))
+    info = {k: int(m.group(1)) if m else None for k, m in (("regs", reg), ("stack", stack), ("shared", shared))}
     ops = [m.group(2) for m in map(_INSTR.search, sass.splitlines()) if m]
     ops = [o for o in ops if o != "NOP"]
-    loops = any(o.startswith("BRA") for o in ops) and "for " in p.source
+    body = p.source[p.source.index(f"def {p.name}("):]
+    loops = bool(re.search(r"^\s+for ", body, re.M))
     threads = 32 * p.num_warps
     elems = _elements_per_program(p)
     row = {"kernel": p.name, "warps": p.num_warps, "sass": len(ops), "mufu": sum(o.startswith("MUFU") for o in ops),

@@ -6,6 +6,7 @@ codegen.kernel_builder.COMPILE_OPTIONS), from the source and signature its plan 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -14,7 +15,7 @@ import sys
 from pyfuser.codegen.kernel_builder import COMPILE_OPTIONS
 
 _COMPILE = """
-import importlib.util, json, os, sys, tempfile
+import base64, importlib.util, json, os, sys, tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 kernels = json.load(sys.stdin)
@@ -36,7 +37,8 @@ with tempfile.TemporaryDirectory() as d:
         src = triton.compiler.ASTSource(fn=getattr(mod, k["name"]), signature=sig, constexprs=consts, attrs=attrs)
         compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=k["options"])
         assert compiled.asm["cubin"], k["name"]
-        out.append(compiled.asm["ptx"])
+        out.append(base64.b64encode(compiled.asm["cubin"]).decode() if "--cubin" in sys.argv
+                   else compiled.asm["ptx"])
 print(json.dumps(out))
 """
 
@@ -67,8 +69,42 @@ def plans_of(fd) -> list:
 def compile_ptx(specs: list) -> list[str]:
     """sm_90 PTX of each kernel_spec (each also assembled to a cubin); raises AssertionError with the compiler's
     error output when one fails."""
+    return _compile(specs)
+
+
+def compile_cubin(specs: list) -> list[bytes]:
+    """The sm_90a cubin of each kernel_spec (for cuobjdump: benchmarks/sass_census.py)."""
+    return [base64.b64decode(c) for c in _compile(specs, "--cubin")]
+
+
+def _compile(specs: list, *flags: str) -> list:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", _COMPILE], input=json.dumps(specs), capture_output=True, text=True,
-                          env=env, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", _COMPILE, *flags], input=json.dumps(specs), capture_output=True,
+                          text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def gpu_plans(monkeypatch, fd, inputs) -> list:
+    """The kernel plans the GPU would run ``fd`` on ``inputs`` with, planned on this machine as if it were not
+    interpreting (the GPU forms: PTX blocks, bf16 NaN selects). Off the GPU the execute may fail where the
+    interpreter cannot run such a form; the plans are what the caller reads."""
+    from pyfuser.codegen import kernel_builder, plan
+    from pyfuser.runtime import plan as runtime_plan
+
+    plans = []
+    real = plan.plan_kernel
+
+    def capture(*a, **k):
+        plans.append(real(*a, **k))
+        return plans[-1]
+
+    monkeypatch.setattr(runtime_plan, "plan_kernel", capture)
+    monkeypatch.setattr(kernel_builder, "interpreting", lambda: False)
+    try:
+        fd.execute(inputs)
+    except Exception:
+        if any(getattr(t, "device", None) is not None and t.device.type == "cuda" for t in inputs):
+            raise
+    assert plans
+    return plans

@@ -12,10 +12,8 @@ import pytest
 import torch
 
 from pyfuser import DataType, FusionDefinition
-from pyfuser.codegen import kernel_builder, plan
-from pyfuser.runtime import plan as runtime_plan
 from harness import DEVICE, check_fusion, define
-from sm90 import compile_ptx, kernel_spec
+from sm90 import compile_ptx, gpu_plans, kernel_spec
 
 triton = pytest.importorskip("triton")
 
@@ -103,24 +101,7 @@ def test_moved_bf16_nans_narrow_to_eagers_bits(name, layout):
 
 
 def _gpu_plans(monkeypatch, fn, inputs):
-    """The kernel plans the GPU would run (planned on this machine as if it were not interpreting)."""
-    plans = []
-    real = plan.plan_kernel
-
-    def capture(*a, **k):
-        plans.append(real(*a, **k))
-        return plans[-1]
-
-    monkeypatch.setattr(runtime_plan, "plan_kernel", capture)
-    monkeypatch.setattr(kernel_builder, "interpreting", lambda: False)
-    try:
-        define(fn).execute(inputs)
-    except Exception:
-        if DEVICE.type == "cuda":
-            raise
-        # the interpreter cannot run the GPU forms (PTX blocks); the plans are what this test reads
-    assert plans
-    return plans
+    return gpu_plans(monkeypatch, define(fn), inputs)
 
 
 @pytest.mark.parametrize("name", sorted(_MOVES) + sorted(_COMPUTED))

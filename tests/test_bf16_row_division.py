@@ -14,7 +14,7 @@ from pyfuser.codegen import kernel_builder, plan
 from pyfuser.runtime import plan as runtime_plan
 from pyfuser.codegen.kernel_builder import COMPILE_OPTIONS, PRELUDE
 from harness import DEVICE, load_source_module, make
-from sm90 import compile_ptx, kernel_spec
+from sm90 import compile_ptx, gpu_plans, kernel_spec
 
 triton = pytest.importorskip("triton")
 
@@ -30,25 +30,9 @@ def _softmax(fd, x, out_dtype=DataType.BFloat16, store_quotient=False):
 
 def _gpu_plan(monkeypatch, x, **kw):
     """The kernel plan the GPU would run (planned on this machine as if it were not interpreting)."""
-    plans = []
-    real = plan.plan_kernel
-
-    def capture(*a, **k):
-        plans.append(real(*a, **k))
-        return plans[-1]
-
-    monkeypatch.setattr(runtime_plan, "plan_kernel", capture)
-    monkeypatch.setattr(kernel_builder, "interpreting", lambda: False)
     with FusionDefinition() as fd:
         _softmax(fd, x, **kw)
-    try:
-        fd.execute([x])
-    except Exception:
-        if DEVICE.type == "cuda":
-            raise
-        # the interpreter cannot run the PTX block; the plan is what this test reads
-    assert plans
-    return plans[-1]
+    return gpu_plans(monkeypatch, fd, [x])[-1]
 
 
 @pytest.mark.parametrize("cols", [1024, 5000])  # persistent, and rows in tiles
