@@ -107,6 +107,7 @@ def register_prefetch_hoisting(hoist: bool):
 
 
 def register_prefetch(src: str, hoist: bool = False) -> str:
+    """The patch of register_prefetch_hoisting(hoist), applied to a persistent kernel's source."""
     head, body = src.split("    pid_r = tl.program_id(0)\n", 1)
     lines = body.rstrip("\n").split("\n")
     rowless = set(re.findall(r"^    (t\d+)_roff = r \* 0$", body, re.M))
