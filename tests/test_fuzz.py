@@ -625,6 +625,19 @@ def test_regression_neg_bit_expanded_into_kernel():
     run_program(_program(build))
 
 
+def test_regression_neg_bit_view_read_by_an_op():
+    # Seed 301851 at PYFUSER_FUZZ_MAX_DIM=40: an op reading a negative-bit view gets that operand as ATen's
+    # Negative fallback hands it over, a clone (empty_like: an expanded view becomes contiguous), and orders its
+    # output's dims by it: minimum of x.conj().imag broadcast to [4, 16, 1, 2] and a permuted [4, 1, 1, 1] has
+    # strides (32, 2, 2, 1). Layout inference built its meta inputs without the bit: (2, 8, 128, 1).
+    def build(b):
+        x = b.input((1, 16), fuzz_gen.F32, "conjimag", seed=3)
+        y = b.input((4, 1, 1, 1), fuzz_gen.F32, "permuted2310", seed=4)
+        b.output(b.apply("minimum", y, b.apply("broadcast_in_dim", x, [4, 16, 1, 2], [0, 1])))
+
+    run_program(_program(build))
+
+
 def test_regression_no_fma_contraction():
     """Seeds 1388, 3484 (Float) and 5654 (Double) on the H200: a multiply feeding an add/sub (frac(a*b) is
     a*b - trunc(a*b)) came out one ulp off eager, because Triton contracted the two into one fused multiply-add

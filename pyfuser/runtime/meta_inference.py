@@ -28,8 +28,18 @@ STATS = {"segments_inferred": 0}
 
 
 def to_meta(x: Any) -> Any:
+    """A meta tensor with ``x``'s sizes, strides, dtype and negative/conjugate bits. The bits change layouts: an
+    ATen op resolves an operand that carries one into a clone first (empty_like, preserve_format), so an op reading
+    an expanded negative-bit view sees a contiguous operand and orders its output's dims by it (fuzz seed 301851
+    at PYFUSER_FUZZ_MAX_DIM=40: minimum of x.conj().imag broadcast to [4, 16, 1, 2] and a permuted [4, 1, 1, 1]
+    has strides (32, 2, 2, 1), against (2, 8, 128, 1) without the bit)."""
     if isinstance(x, torch.Tensor):
-        return torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device="meta")
+        meta = torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device="meta")
+        if x.is_neg():
+            meta = torch._neg_view(meta)
+        if x.is_conj():
+            meta = meta.conj()
+        return meta
     return x
 
 
