@@ -39,12 +39,13 @@ _INSTR = re.compile(r"/\*[0-9a-f]{4}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
 
 def plans_for(name: str, rows: int, cols: int, dtype: torch.dtype) -> list:
     """The kernel plans of one bench_fusions case, planned for the GPU on the CPU: GPU sources, launches skipped."""
-    from pyfuser.codegen import elementwise_lowerings, kernel_builder, launcher, plan
+    from pyfuser.codegen import elementwise_lowerings, kernel_builder, launcher, plan, reduction_lowerings
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
     from sm90 import plans_of
 
-    elementwise_lowerings.interpreting = kernel_builder.interpreting = lambda: False
+    for module in (elementwise_lowerings, kernel_builder, reduction_lowerings):  # the GPU's forms of the ops
+        module.interpreting = lambda: False
     launcher.Launcher.launch = lambda self, *a, **k: None
     plan._SM_COUNT[:] = [132]
     for case, fd, _eager, inputs in bf.make_cases(rows, cols, torch.device("cpu"), dtype):

@@ -89,7 +89,7 @@ def gpu_plans(monkeypatch, fd, inputs) -> list:
     """The kernel plans the GPU would run ``fd`` on ``inputs`` with, planned on this machine as if it were not
     interpreting (the GPU forms: PTX blocks, bf16 NaN selects). Off the GPU the execute may fail where the
     interpreter cannot run such a form; the plans are what the caller reads."""
-    from pyfuser.codegen import kernel_builder, plan
+    from pyfuser.codegen import elementwise_lowerings, kernel_builder, plan, reduction_lowerings
     from pyfuser.runtime import plan as runtime_plan
 
     plans = []
@@ -100,7 +100,8 @@ def gpu_plans(monkeypatch, fd, inputs) -> list:
         return plans[-1]
 
     monkeypatch.setattr(runtime_plan, "plan_kernel", capture)
-    monkeypatch.setattr(kernel_builder, "interpreting", lambda: False)
+    for module in (kernel_builder, elementwise_lowerings, reduction_lowerings):
+        monkeypatch.setattr(module, "interpreting", lambda: False)
     try:
         fd.execute(inputs)
     except Exception:

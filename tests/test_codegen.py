@@ -705,3 +705,31 @@ def test_max_min_read_only_by_arithmetic(store_max):
         assert ("_max_canonical_nan, keep_dims" in sources) != store_max
         assert ("_min_canonical_nan, keep_dims" in sources) != store_max
     check_fusion(lambda fd: _max_then_shift(fd, store_max), [xt], eager)
+
+
+@pytest.mark.parametrize("op", ["var", "var_mean"])
+def test_variance_moments_accumulate_as_eager_does_on_the_device(op):
+    # Values of +-1.5e19: the sum of squared deviations (512 x 2.25e38) overflows Float, the variance (2.25e38)
+    # does not. ATen's CPU var accumulates in Double (finite), its CUDA var in Float (inf); a kernel does as the
+    # device's eager does (fuzz seed 1200655 at PYFUSER_FUZZ_MAX_DIM=48). Sliced, so the rows are strided.
+    x = make((8, 70))[:, 3:67]
+    x.fill_(1.5e19)
+    x[:, ::2] = -1.5e19
+
+    def fn(fd):
+        t = fd.from_pytorch(x)
+        if op == "var":
+            fd.add_output(fd.ops.var(t, dims=[0, 1], correction=0, keepdim=False))
+        else:
+            var, mean = fd.ops.var_mean(t, dims=[1], correction=0, keepdim=False)
+            fd.add_output(var)
+            fd.add_output(mean)
+
+    def eager(x):
+        if op == "var":
+            return torch.var(x, dim=[0, 1], correction=0)
+        return list(torch.var_mean(x, dim=1, correction=0))
+
+    # (the mean of +-1.5e19 is 0 exactly; eager's Welford update leaves a few hundred of rounding: an absolute
+    # tolerance of 1e-12 of the values)
+    check_fusion(fn, [x], eager, atol=1.5e7, rtol=1e-6)

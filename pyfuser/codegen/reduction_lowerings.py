@@ -23,6 +23,7 @@ import torch
 from ..ir.dtypes import DataType
 from ..ops.registry import attach
 from ..segment.loop_domain import NotFusable
+from .interpreter_compat import interpreting
 from .lowering import _operand, check_real, out_dtype
 
 
@@ -47,8 +48,20 @@ def _lower_reduce(node, kb, arg, dims, keepdim=False, dtype=DataType.Null):
     return kb.cast(kb.reduce(node.op.name, x), out_dtype(node))
 
 
+def _moments_input(kb, x):
+    """``x`` in the dtype var/var_mean/welford accumulate in. ATen's CPU kernels accumulate Welford's moments in
+    Double for Float, Half and BFloat16 (its CUDA ones in Float): where the sum of squared deviations overflows
+    Float but the variance does not (values near 1e19), eager's CPU result is finite. The interpreter runs the
+    CPU's kernels, so they accumulate in Double too; the GPU's stay in Float, as CUDA's eager does (Double would
+    halve a LayerNorm's arithmetic rate there). Fuzz seed 1200655 at PYFUSER_FUZZ_MAX_DIM=48."""
+    if interpreting() and x.dtype in (torch.float32, torch.float16, torch.bfloat16):
+        return kb.cast(x, torch.float64)
+    return x
+
+
 def _lower_moments(node, kb, x):
     """(mean, sum of squared deviations, count) over the column dims, two-pass for accuracy."""
+    x = _moments_input(kb, x)
     n = kb.cast(kb.n_reduced(x), x.dtype)
     mean = kb.op("libdevice.div_rn({0}, {1})", [kb.reduce("sum", x), n], x.dtype)
     dev = kb.op("{0} - {1}", [x, mean], x.dtype)
@@ -61,7 +74,7 @@ def _lower_var_mean(node, kb, arg, dims, correction=1, keepdim=False):
     if not dims or _reduces_only_broadcasts(node, dims):
         raise NotFusable("var over no dims")
     mean, m2, n = _lower_moments(node, kb, x)
-    var = kb.op("libdevice.div_rn({0}, {1} - {2})", [m2, n, kb.const(float(correction), x.dtype)], x.dtype)
+    var = kb.op("libdevice.div_rn({0}, {1} - {2})", [m2, n, kb.const(float(correction), m2.dtype)], m2.dtype)
     if node.op.name == "var":
         return kb.cast(var, out_dtype(node))
     return kb.cast(var, out_dtype(node, 0)), kb.cast(mean, out_dtype(node, 1))
