@@ -46,11 +46,14 @@ _MOVES = {
     "neg": (lambda fd, t: fd.ops.neg(t), torch.neg),
     "relu": (lambda fd, t: fd.ops.relu(t), torch.relu),
     "mul_by_one": (lambda fd, t: fd.ops.mul(t, 1.0), lambda t: t * 1.0),
+    "add_negative_zero": (lambda fd, t: fd.ops.add(t, -0.0), lambda t: t + -0.0),
+    "sub_zero": (lambda fd, t: fd.ops.sub(t, 0.0), lambda t: t - 0.0),
     "amax": (lambda fd, t: fd.ops.max(t, dims=[1], keepdim=True), lambda t: t.amax(1, keepdim=True)),
 }
 _COMPUTED = {
     "add": (lambda fd, t: fd.ops.add(t, t), lambda t: t + t),
     "mul_by_half": (lambda fd, t: fd.ops.mul(t, 0.5), lambda t: t * 0.5),
+    "add_zero": (lambda fd, t: fd.ops.add(t, 0.0), lambda t: t + 0.0),  # (-0.0 + 0.0 is +0.0: computed)
     "exp": (lambda fd, t: fd.ops.exp(t), torch.exp),
     "softmax": (lambda fd, t: fd.ops.div(fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, dims=[1], keepdim=True))),
                                          fd.ops.sum(fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, dims=[1], keepdim=True))),

@@ -15,8 +15,6 @@ A value's *level* is the number of reductions on its path; level-k full values a
 from __future__ import annotations
 
 import math
-import re
-import struct
 
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -253,6 +251,15 @@ def _bits_if_not_normal(value: float, dtype: torch.dtype) -> Optional[int]:
     return int(t.view(_INT_OF_WIDTH[dtype.itemsize]))
 
 
+def _converted(value: Any, dtype: torch.dtype) -> Any:
+    """A Python scalar as ``dtype`` holds it (a float rounded to its precision; the constants' KValue.value),
+    None where torch cannot hold it (an int beyond int64)."""
+    try:
+        return torch.tensor(value).to(dtype).item()
+    except (OverflowError, RuntimeError, TypeError):
+        return None
+
+
 def _is_fp8(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point and dtype.itemsize == 1
 
@@ -288,6 +295,9 @@ class KValue:
     valid: Optional["KValue"] = None
     # search: (loop variable, hit, bad), computed inside its loop over the variable (KernelBuilder.search_last)
     body: tuple = ()
+    # KernelBuilder.const: the constant's value, as converted to ``dtype`` (None: not a constant of the source,
+    # e.g. a scalar argument, whose value the compiler does not know either)
+    value: Any = None
 
     @property
     def var(self) -> str:
@@ -380,7 +390,12 @@ class KernelBuilder:
         return self.op(f"tl.full([], {name}, {TL_DTYPE[dtype]})", [], dtype)
 
     def const(self, value: Any, dtype: torch.dtype) -> KValue:
-        """A literal converted to ``dtype`` the way a cast would (2.7 as an int is 2)."""
+        """A literal converted to ``dtype`` the way a cast would (2.7 as an int is 2); the node keeps the value."""
+        v = self._const(value, dtype)
+        v.value = _converted(value, dtype)
+        return v
+
+    def _const(self, value: Any, dtype: torch.dtype) -> KValue:
         if dtype.is_floating_point:
             value = float(value)  # also numpy scalars, whose repr is not Triton source
             bits = _bits_if_not_normal(value, dtype)
@@ -964,8 +979,7 @@ def _may_move_nan(v: KValue, memo: dict) -> bool:
     memo[v.uid] = False  # (no cycles in the kernel IR; this only guards the recursion)
     ops = [o for o in v.operands if isinstance(o, KValue)]
     if v.kind == "const" or (v.kind == "op" and not ops):
-        value = _float_constant(v)  # a NaN constant is narrowed at compile time, its bits kept
-        out = value is not None and value != value
+        out = isinstance(v.value, float) and v.value != v.value  # a NaN constant, narrowed at compile time
     elif v.kind in ("load", "arg"):
         out = False  # a 32/64-bit float read or passed is converted by the instruction, canonically
     elif v.kind == "op" and v.template.endswith((".to(tl.float32)", ".to(tl.float64)")) and len(ops) == 1:
@@ -982,47 +996,19 @@ def _may_move_nan(v: KValue, memo: dict) -> bool:
 
 def _may_be_a_move(template: str, ops: list) -> bool:
     """Whether the compiler may fold this arithmetic op into a move of an operand: a product or quotient by +-1,
-    a sum with -0.0, a difference with +0.0, or a constant whose value is not read here. A scalar argument's
-    value is not known to the compiler either: with one the op is computed."""
+    a sum with -0.0, a difference with +0.0. An operand whose value the source does not hold (a scalar argument)
+    is not known to the compiler either: with one the op is computed."""
     for i, o in enumerate(ops):
-        if o.kind == "const" or (o.kind == "op" and not o.operands):
-            if _RUNTIME_SCALAR.match(o.template):
-                continue
-            value = _float_constant(o)
-            if value is None:
-                return True
-            negative_zero = value == 0.0 and math.copysign(1.0, value) < 0
-            if template in ("{0} * {1}", "libdevice.div_rn({0}, {1})") and abs(value) == 1.0 and (
-                    i == 1 or template == "{0} * {1}"):
-                return True
-            if (template == "{0} + {1}" and negative_zero) or (
-                    template == "{0} - {1}" and i == 1 and value == 0.0 and not negative_zero):
-                return True
+        if not isinstance(o.value, float):
+            continue
+        negative_zero = o.value == 0.0 and math.copysign(1.0, o.value) < 0
+        if template in ("{0} * {1}", "libdevice.div_rn({0}, {1})") and abs(o.value) == 1.0 and (
+                i == 1 or template == "{0} * {1}"):
+            return True
+        if (template == "{0} + {1}" and negative_zero) or (
+                template == "{0} - {1}" and i == 1 and o.value == 0.0 and not negative_zero):
+            return True
     return False
-
-
-_BITS_CONSTANT = re.compile(r"tl\.full\(\[\], (-?\d+), tl\.int(16|32|64)\)\.to\(tl\.float(16|32|64), bitcast=True\)$")
-_FULL_CONSTANT = re.compile(r"tl\.full\(\[\], (.+), tl\.float(16|32|64)\)$")
-_RUNTIME_SCALAR = re.compile(r"tl\.full\(\[\], [A-Za-z_]\w*, tl\.\w+\)$")  # KernelBuilder.arg
-
-
-def _float_constant(c: KValue) -> Optional[float]:
-    """The value of a float constant node (a literal, a literal of another width, or bits: KernelBuilder.const),
-    None if not known here (a scalar argument's)."""
-    text = c.template
-    m = _FULL_CONSTANT.match(text)
-    if m is not None and not _RUNTIME_SCALAR.match(text):
-        text = m.group(1)
-    try:
-        return float(text if not text.startswith("float(") else text[7:-2])  # 1.5, float("nan"), float("-inf")
-    except ValueError:
-        pass
-    m = _BITS_CONSTANT.match(text)
-    if m is None:
-        return None
-    width = int(m.group(2))
-    fmt = {16: "e", 32: "f", 64: "d"}[width]
-    return struct.unpack(fmt, (int(m.group(1)) % (1 << width)).to_bytes(width // 8, "little"))[0]
 
 
 def _canonical_bf16_nans(kb: KernelBuilder) -> None:

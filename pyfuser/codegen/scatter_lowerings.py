@@ -251,7 +251,9 @@ def _literal(kb, t: torch.Tensor) -> KValue:
     if dtype.is_floating_point:
         bits_dtype = _BITS[dtype.itemsize]
         bits = int(t.view(bits_dtype)[0])
-        return kb.op(f"tl.full([], {bits}, {TL_DTYPE[bits_dtype]}).to({TL_DTYPE[dtype]}, bitcast=True)", [], dtype)
+        v = kb.op(f"tl.full([], {bits}, {TL_DTYPE[bits_dtype]}).to({TL_DTYPE[dtype]}, bitcast=True)", [], dtype)
+        v.value = float(t[0])  # (KValue.value: a NaN constant's narrowing takes eager's bits, kernel_builder)
+        return v
     return kb.op(f"tl.full([], {int(t[0])}, {TL_DTYPE[dtype]})", [], dtype)
 
 
