@@ -1,0 +1,95 @@
+"""The tail of a tanh-GELU whose result is only rounded to bf16, with a cheap tanh and an exact fallback.
+
+A tanh-GELU (``0.5 * y * (1 + tanh(z))``, each op rounded to fp32 as eager's separate kernels round it) ends in
+``g = RN(h * RN(1 + tanh(z)))``, with ``h = 0.5 * y``. Eager's CUDA ``tanhf`` (libdevice's, which the prelude's
+``_tanh_f32`` copies) has two halves: an odd polynomial for |z| < 0.6 and ``1 - 2 / (2^(2|z|/ln 2) + 1)`` with
+z's sign above. Computing both and selecting costs about 16 instructions of the kernel's 35 per element on the
+H200, which is what holds a bf16 tanh-GELU under the copy roofline (it is bound by instruction issue).
+
+Here the fast path computes the exp form for every z: for |z| >= 0.6 it *is* libdevice's result, same
+instructions; for |z| < 0.6 its ``u = RN(1 + t)`` differs from the polynomial's by at most ``U_ABS_ERROR``
+(both facts measured on the GPU over every fp32 z: ``tests/test_gelu_tanh_bf16.py``). Then ``g = RN(h * u)``
+moves by at most ``|h| U_ABS_ERROR`` plus a rounding, and there u lies in (0.46, 1.54), so |h| <= |g| / 0.46:
+at most ``2^24 U_ABS_ERROR / 0.46 + 2`` ulps of g (``WINDOW``). The bf16 rounding of g can only differ from the
+exact one's if a bf16 rounding midpoint (low 16 bits 0x8000) lies that close: such g take the exact path,
+libdevice's polynomial where |z| < 0.6, four lanes behind one branch that warps rarely take. So the bf16 result
+is eager's bit for bit; only the fp32 g may differ, which is why the rewrite applies only where g is read by
+conversions to bf16 alone and nothing before it is stored (``kernel_builder._bf16_tanh_gelu_tails``). GPU only:
+the interpreter cannot run PTX.
+"""
+
+from __future__ import annotations
+
+import math
+
+# Largest |fast u - exact u| over every fp32 |z| < 0.6, rounded up to a power of two (the GPU test measures it
+# and fails if the measurement exceeds this).
+U_ABS_ERROR = 2.0 ** -21
+# 1 + tanh(z) for |z| < 0.6 is at least 1 - tanh(0.6) = 0.4629...
+_MIN_U = 0.4629
+# ulps of g (distance in bit patterns) within which the fast and the exact g lie; a g whose low 16 bits are
+# within this many of 0x8000 takes the exact path.
+WINDOW = math.ceil(2.0 ** 24 * U_ABS_ERROR / _MIN_U) + 2
+
+TEMPLATE = "_gelu_tanh_tail_bf16({0}, {1})"  # z, h: the kernel IR op replacing g = h * (tanh(z) + 1)
+
+
+def _lane(k: int) -> str:
+    """The fast path of lane k: $k is g, $(4+k) is z, $(8+k) is h."""
+    z, h = f"${4 + k}", f"${8 + k}"
+    return f"""
+        abs.f32 a{k}, {z};
+        mul.rn.f32 e, a{k}, 0f4038AA3B;
+        ex2.approx.ftz.f32 e, e;
+        add.rn.f32 e, e, 0f3F800000;
+        rcp.approx.ftz.f32 e, e;
+        fma.rn.f32 t, e, 0fC0000000, 0f3F800000;
+        setp.ge.f32 one, a{k}, 0f41102CB4;
+        selp.f32 t, 0f3F800000, t, one;
+        mov.b32 b, t;
+        and.b32 s, {z}, 0x80000000;
+        or.b32 b, b, s;
+        mov.b32 t, b;
+        add.rn.f32 t, t, 0f3F800000;
+        mul.rn.f32 g{k}, {h}, t;
+        mov.b32 b, g{k};
+        mad.lo.u32 b, b, 65536, {((0x8000 + WINDOW) & 0xFFFF) << 16:#x};
+        setp.le.{"" if k == 0 else "or."}u32 slow, b, {(2 * WINDOW) << 16:#x}{"" if k == 0 else ", slow"};"""
+
+
+def _exact_lane(k: int) -> str:
+    """libdevice's polynomial half for lane k where |z| < 0.6 (NaN included: setp.ltu), and g from it."""
+    z, h = f"${4 + k}", f"${8 + k}"
+    return f"""
+        setp.ltu.f32 small, a{k}, 0f3F19999A;
+        mul.rn.f32 x2, {z}, {z};
+        fma.rn.f32 p, 0f3C80F082, x2, 0fBD563CAE;
+        fma.rn.f32 p, p, x2, 0f3E085941;
+        fma.rn.f32 p, p, x2, 0fBEAAA9ED;
+        fma.rn.f32 p, p, x2, 0f00000000;
+        fma.rn.f32 p, p, {z}, {z};
+        add.rn.f32 p, p, 0f3F800000;
+        @small mul.rn.f32 g{k}, {h}, p;"""
+
+
+PRELUDE = f'''
+
+@triton.jit
+def _gelu_tanh_tail_bf16(z, h):
+    # g = h * (tanh(z) + 1) for a g only ever rounded to bf16 (codegen/gelu_tanh_bf16.py): tanh in libdevice's
+    # exp form for every z, exact for |z| >= 0.6; g whose low 16 bits lie within {WINDOW} of a bf16 rounding
+    # midpoint recompute tanh with libdevice's polynomial where |z| < 0.6. The bf16 rounding is libdevice's.
+    return tl.inline_asm_elementwise(
+        """{{
+        .reg .f32 a<4>, g<4>, e, t, x2, p;
+        .reg .b32 b, s;
+        .reg .pred one, small, slow;{"".join(_lane(k) for k in range(4))}
+        @!slow bra GELU_DONE_${{:uid}};{"".join(_exact_lane(k) for k in range(4))}
+        GELU_DONE_${{:uid}}:
+        mov.b32 $0, g0;
+        mov.b32 $1, g1;
+        mov.b32 $2, g2;
+        mov.b32 $3, g3;
+        }}""",
+        "=r,=r,=r,=r,r,r,r,r,r,r,r,r", [z, h], dtype=tl.float32, is_pure=True, pack=4)
+'''
