@@ -544,7 +544,7 @@ class Emitter:
 
     def __init__(self, kb: KernelBuilder, params: list[TensorParam], n_row_dims: int, n_col_dims: int,
                  mode: str, index64: bool, n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0,
-                 split_interior: int = 0, full_col_tiles: bool = False):
+                 split_interior: int = 0, full_col_tiles: bool = False, online: Optional[dict] = None):
         assert mode in ("pointwise", "persistent", "looped")
         assert not split_interior or mode == "pointwise"
         assert not full_col_tiles or not (split_interior or row_tiles)
@@ -575,6 +575,9 @@ class Emitter:
         # column loops, unrolled (all their loads in flight at once), and a grid of a few programs per SM, each
         # walking rows in turn, so that the rows being read fit in L2 and later passes re-read them from there.
         self.wide = wide
+        # A softmax's row sum of exp(x - max) accumulated in the pass of its max (wide rows: see
+        # _online_softmax_sums): the sum's uid -> the max, whose pass then computes both.
+        self.online = online or {}
         self._load_policy = ""  # eviction policy of row loads in the pass being written (wide kernels)
         self.n_row_dims, self.n_col_dims = n_row_dims, n_col_dims
         self.mode, self.index64 = mode, index64
@@ -831,14 +834,20 @@ class Emitter:
         reduces = [v for v in kb.nodes if v.kind == "reduce"]
         last_pass = kb.max_level - (0 if full_stores else 1)
         tiles: list[_Scope] = []  # rows in tiles: each tile's scope, kept from pass to pass
+        online = {m.uid: s for s, m in ((v, self.online[v.uid]) for v in reduces if v.uid in self.online)}
         for level in range(kb.max_level):
             # Wide rows: what a pass reads is re-read by the next, so it stays in L2 (evict_last) until the last.
             self._load_policy = "" if not self.wide else "evict_first" if level == last_pass else "evict_last"
-            these = [v for v in reduces if v.operands[0].level == level]
+            these = [v for v in reduces if v.operands[0].level == level and v.uid not in self.online]
+            if not these:  # (a softmax's sum, computed in its max's pass)
+                continue
             # Per-row operands needed by this pass must exist before the loop.
             for v in these:
                 self._emit_row_deps(v.operands[0], top)
             for v in these:
+                if v.uid in online:
+                    self._online_init(online[v.uid])
+                    continue
                 ident = identity_literal(v.reduction, v.dtype)
                 self.w(f"acc{v.uid} = tl.full([BLOCK_R, BLOCK_C], {ident}, {TL_DTYPE[v.dtype]})")
             for scope, masked in self._column_tiles(top, tiles):
@@ -848,9 +857,18 @@ class Emitter:
                     src = self._n(x) if x.full else f"tl.broadcast_to({self._n(x)}, [BLOCK_R, {self.bc}])"
                     if masked:  # (no row mask: see emit_node's reduce)
                         src = f"tl.where(cmask{self.sfx}, {src}, {identity_literal(v.reduction, v.dtype)})"
+                    if v.uid in online:
+                        self._online_step(online[v.uid], src)
+                        continue
                     self.w(f"acc{v.uid} = {REDUCTIONS[v.reduction][1].format(a=f'acc{v.uid}', b=src)}")
             for v in these:
-                self.w(f"{self._n(v)} = {REDUCTIONS[v.reduction][2].format(x=f'acc{v.uid}')}")
+                if v.uid in online:
+                    total = online[v.uid]
+                    self.w(f"{self._n(v)} = on_m{total.uid}")
+                    self.w(f"{self._n(total)} = tl.sum(acc{total.uid}, axis=1, keep_dims=True)")
+                    top.emitted.add(total.uid)
+                else:
+                    self.w(f"{self._n(v)} = {REDUCTIONS[v.reduction][2].format(x=f'acc{v.uid}')}")
                 top.emitted.add(v.uid)
         self._load_policy = ""
         for p, v in row_stores:
@@ -865,6 +883,26 @@ class Emitter:
                     self.emit_node(v, scope, f"rmask & cmask{self.sfx}")
                     self._store(p, v, scope)
             self._load_policy = ""
+
+    def _online_init(self, total: KValue) -> None:
+        """A softmax's running row max, the shift its sum is kept relative to, and the lane-wise sum."""
+        u = total.uid
+        self.w(f"on_m{u} = tl.full([BLOCK_R, 1], float(\"-inf\"), tl.float32)")
+        self.w(f"on_s{u} = tl.zeros([BLOCK_R, 1], tl.float32)")
+        self.w(f"acc{u} = tl.zeros([BLOCK_R, BLOCK_C], tl.float32)")
+
+    def _online_step(self, total: KValue, x: str) -> None:
+        """One tile of a softmax's max and sum in one pass: the tile's row max moves the running max; the sum so
+        far is rescaled to it (each row's shift is the max, or 0 while the max is -inf: exp(-inf - 0) = 0) and the
+        tile's exp(x - shift) added. ``x``: the tile's values, -inf in masked lanes (exp(-inf - shift) is 0, or
+        NaN where the shift is: a row holding a NaN, whose outputs are NaN whatever its sum). The exp is the fast one
+        (ex2.approx on the GPU): the sum is a reduction, whose rounding already differs from eager's with its
+        order, and only ever divides the exactly recomputed exp(x - max) (see _online_softmax_sums)."""
+        u = total.uid
+        self.w(f"on_m{u} = _max_canonical_nan(on_m{u}, tl.reduce({x}, 1, _max_canonical_nan, keep_dims=True))")
+        self.w(f"on_sn{u} = tl.where(on_m{u} == float(\"-inf\"), 0.0, on_m{u})")
+        self.w(f"acc{u} = acc{u} * tl.exp(on_s{u} - on_sn{u}) + tl.exp({x} - on_sn{u})")
+        self.w(f"on_s{u} = on_sn{u}")
 
     def _column_tiles(self, top: _Scope, tiles: list):
         """The tiles of one pass over the row, each as (its scope, whether its column mask is needed), written
@@ -938,6 +976,46 @@ def _mark_arithmetic_min_max(kb: KernelBuilder) -> None:
 
 _DIV = "libdevice.div_rn({0}, {1})"
 _TO_BF16 = "{0}.to(tl.bfloat16)"
+_DIV_FOR_BF16 = "_div_for_bf16({0}, {1}, {2})"
+_RECIPROCAL = "_bf16_div_reciprocal({0})"
+
+
+def _online_softmax_sums(kb: KernelBuilder) -> dict:
+    """sum(exp(x - max(x))) of a softmax whose sum is read only as the divisor of that same exp (plain division,
+    or the bf16 row division with its reciprocal) and is not stored: sum uid -> the max. A looped kernel over
+    wide rows accumulates such a sum in its max's pass, relative to a running max (``Emitter._online_step``):
+    one pass over the row fewer. Its value is only a reduction's (its rounding differs from eager's with the
+    order, as every sum's does), and where it differs otherwise (0 for a row of -inf, which eager sums to NaN)
+    the exp it divides is NaN, so the quotient is eager's either way."""
+    readers, stored = _readers_and_stored(kb)
+    found: dict = {}
+    for s in kb.nodes:
+        if not (s.kind == "reduce" and s.reduction == "sum" and s.dtype == torch.float32 and id(s) not in stored):
+            continue
+        (e,) = s.operands
+        if not (e.kind == "op" and e.template == "libdevice.exp({0})" and e.dtype == torch.float32):
+            continue
+        (d,) = e.operands
+        if not (d.kind == "op" and d.template == "{0} - {1}" and d.dtype == torch.float32):
+            continue
+        x, m = d.operands
+        if not (m.kind == "reduce" and m.reduction == "max_arith" and m.operands[0] is x and x.full):
+            continue
+        if m.uid in found.values():
+            continue
+
+        def divides_e(r: KValue) -> bool:
+            if r.kind != "op":
+                return False
+            if r.template == _DIV:
+                return r.operands[0] is e and r.operands[1] is s
+            if r.template == _DIV_FOR_BF16:
+                return r.operands[0] is e and r.operands[2] is s
+            return r.template == _RECIPROCAL and all(divides_e(q) for q in readers.get(r.uid, []))
+
+        if readers.get(s.uid) and all(divides_e(r) for r in readers[s.uid]):
+            found[s.uid] = m
+    return found
 
 
 def _bf16_row_divisions(kb: KernelBuilder) -> None:
@@ -1070,7 +1148,8 @@ def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, 
         _bf16_tanh_gelu_tails(kb)
     if not interpreting():
         _canonical_bf16_nans(kb)
+    online = _online_softmax_sums(kb) if wide else None
     body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64, n_cols_factor, row_tiles, wide,
-                   split_interior, full_col_tiles).source(name)
+                   split_interior, full_col_tiles, online).source(name)
     header = "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n"
     return header + PRELUDE + "\n\n" + body
