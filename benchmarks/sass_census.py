@@ -8,7 +8,8 @@ Each case is planned as the GPU would plan it (the kernels' GPU sources, 132 SMs
 for sm_90a with the launch options pyfuser uses, and disassembled with the cuobjdump Triton ships. Printed per
 kernel: SASS instructions, MUFU (special-function) instructions, registers, stack bytes (spills), and, for
 kernels without loops, static instructions per element (each thread runs its code once for its share of the
-program's elements; a rarely taken branch, such as the bf16 row division's exact path, counts as if it ran).
+program's elements; a rarely taken branch, such as the bf16 row division's exact path, counts as if it ran), and
+the same without the rarely taken exact paths (``hot_per_elem``: what a warp that takes none of them issues).
 Why: bf16 kernels can be bound by instruction issue (tanh-GELU is), and an instruction count is the cheapest
 A/B there is, with or without a GPU.
 ``--dump DIR`` writes each kernel's source and SASS.
@@ -73,6 +74,7 @@ def census(p, dump: str | None = None, label: str = "") -> dict:
     info = {k: int(m.group(1)) if m else None for k, m in (("regs", reg), ("stack", stack), ("shared", shared))}
     ops = [m.group(2) for m in map(_INSTR.search, sass.splitlines()) if m]
     ops = [o for o in ops if o != "NOP"]
+    rare = len(_rare_path(sass))
     body = p.source[p.source.index(f"def {p.name}("):]
     loops = bool(re.search(r"^\s+for ", body, re.M))
     threads = 32 * p.num_warps
@@ -81,6 +83,7 @@ def census(p, dump: str | None = None, label: str = "") -> dict:
            **info, "loops": loops}
     if elems and not loops:
         row["per_elem"] = round(len(ops) * threads / elems, 1)
+        row["hot_per_elem"] = round((len(ops) - rare) * threads / elems, 1)
     if dump:
         os.makedirs(dump, exist_ok=True)
         with open(os.path.join(dump, f"{label}{p.name}.py"), "w") as f:
@@ -88,6 +91,22 @@ def census(p, dump: str | None = None, label: str = "") -> dict:
         with open(os.path.join(dump, f"{label}{p.name}.sass"), "w") as f:
             f.write(sass)
     return row
+
+
+_BRANCH = re.compile(r"/\*([0-9a-f]{4})\*/\s+@!P\d+\s+BRA\s+(0x[0-9a-f]+)")
+_ADDR = re.compile(r"/\*([0-9a-f]{4})\*/\s+(?!NOP)[A-Z@]")
+
+
+def _rare_path(sass: str) -> set:
+    """Addresses of the instructions a forward ``@!P BRA`` skips: the exact paths behind the bf16 division's and
+    the GELU tail's rarely taken branches (their PTX: ``@!slow bra DONE``)."""
+    addrs = [int(m.group(1), 16) for m in map(_ADDR.search, sass.splitlines()) if m]
+    out = set()
+    for m in map(_BRANCH.search, sass.splitlines()):
+        if m:
+            start, end = int(m.group(1), 16), int(m.group(2), 16)
+            out.update(a for a in addrs if start < a < end)
+    return out
 
 
 def _elements_per_program(p) -> int:
