@@ -9,9 +9,16 @@ import pytest
 import torch
 
 from pyfuser import DataType, FusionDefinition
+from pyfuser.codegen import plan
 from harness import DEVICE, assert_same
 
 COLS = 20000  # > plan.TUNING["wide_min_cols"]: a wide looped kernel
+
+
+@pytest.fixture(autouse=True)
+def online_softmax(monkeypatch):
+    """The form under test (plan.TUNING["wide_online_softmax"], off by default until its GPU A/B has run)."""
+    monkeypatch.setitem(plan.TUNING, "wide_online_softmax", True)
 
 
 def _softmax(fd, x, out_dtype=None, extra=None):
@@ -89,3 +96,13 @@ def test_rows_that_fit_in_registers_keep_their_passes():
         _softmax(fd, x)
     fd.execute([x])
     assert "on_m" not in _source(fd)
+
+
+def test_the_tuning_switch_turns_it_off(monkeypatch):
+    monkeypatch.setitem(plan.TUNING, "wide_online_softmax", False)
+    x = _rows(torch.float32)
+    with FusionDefinition() as fd:
+        _softmax(fd, x)
+    fd.execute([x])
+    src = _source(fd)
+    assert "on_m" not in src and src.count("for c00 in range(") == 3
