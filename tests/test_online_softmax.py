@@ -17,8 +17,9 @@ COLS = 20000  # > plan.TUNING["wide_min_cols"]: a wide looped kernel
 
 @pytest.fixture(autouse=True)
 def online_softmax(monkeypatch):
-    """The form under test (plan.TUNING["wide_online_softmax"], off by default until its GPU A/B has run)."""
-    monkeypatch.setitem(plan.TUNING, "wide_online_softmax", True)
+    """The form under test for every element size (by default only rows of 4-byte elements take it:
+    plan.TUNING["wide_online_softmax_min_itemsize"])."""
+    monkeypatch.setitem(plan.TUNING, "wide_online_softmax_min_itemsize", 1)
 
 
 def _softmax(fd, x, out_dtype=None, extra=None):
@@ -98,11 +99,13 @@ def test_rows_that_fit_in_registers_keep_their_passes():
     assert "on_m" not in _source(fd)
 
 
-def test_the_tuning_switch_turns_it_off(monkeypatch):
-    monkeypatch.setitem(plan.TUNING, "wide_online_softmax", False)
-    x = _rows(torch.float32)
+@pytest.mark.parametrize("io", [torch.float32, torch.bfloat16], ids=str)
+def test_by_default_only_rows_of_4_byte_elements_take_it(monkeypatch, io):
+    monkeypatch.setitem(plan.TUNING, "wide_online_softmax_min_itemsize", 4)
+    x = _rows(io)
     with FusionDefinition() as fd:
         _softmax(fd, x)
     fd.execute([x])
     src = _source(fd)
-    assert "on_m" not in src and src.count("for c00 in range(") == 3
+    assert ("on_m" in src) == (io == torch.float32)
+    assert src.count("for c00 in range(") == (2 if io == torch.float32 else 3)

@@ -1139,14 +1139,16 @@ def _canonical_bf16_nans(kb: KernelBuilder) -> None:
 
 def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, mode, index64,
                   n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0, lanes_per_thread: int = 1,
-                  split_interior: int = 0, full_col_tiles: bool = False, online_softmax: bool = True) -> str:
+                  split_interior: int = 0, full_col_tiles: bool = False, online_softmax: bool = True,
+                  gelu_tail: bool = True) -> str:
     """``lanes_per_thread``: elements of a [BLOCK_R, BLOCK_C] tile each thread holds (1 where unknown).
     ``split_interior``, ``full_col_tiles``: see Emitter. ``online_softmax``: wide rows accumulate a softmax's sum
-    in its max's pass (_online_softmax_sums)."""
+    in its max's pass (_online_softmax_sums). ``gelu_tail``: _bf16_tanh_gelu_tails."""
     _mark_arithmetic_min_max(kb)
     if lanes_per_thread % 4 == 0 and not interpreting():
         _bf16_row_divisions(kb)
-        _bf16_tanh_gelu_tails(kb)
+        if gelu_tail:
+            _bf16_tanh_gelu_tails(kb)
     if not interpreting():
         _canonical_bf16_nans(kb)
     online = _online_softmax_sums(kb) if wide and online_softmax else None

@@ -308,6 +308,8 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
         mode = "looped"
         wide = wide_rows(n_cols, itemsize, kb.max_level)
     n_cols_factor = _aligned_factor(n_cols, 1)
+    # (the element size of the row-sized tensors the kernel reads: what a wide kernel's later passes re-read)
+    row_in_itemsize = min((p.dtype.itemsize for p in params if p.has_col and not p.is_output), default=itemsize)
     # Rows whose width is no multiple of every column tensor's 16-byte vector (Emitter.split_interior).
     min_itemsize = min((p.dtype.itemsize for p in params if p.has_col), default=16)
     ragged = (mode == "pointwise" and len(col_runs) == 1 and n_cols_factor * min_itemsize < 16 and not embedded
@@ -336,7 +338,9 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
         n_cols == block_c if mode == "persistent" else n_cols % ((unroll if wide else 1) * block_c) == 0)
     source_body = kernel_source("KERNEL", kb, params, len(row_runs), len(col_runs), mode, index64, n_cols_factor,
                                 n_tiles, unroll if wide else 0, lanes if lanes >= 4 else 1, split_interior,
-                                full_col_tiles, TUNING["wide_online_softmax"])
+                                full_col_tiles,
+                                online_softmax=row_in_itemsize >= TUNING["wide_online_softmax_min_itemsize"],
+                                gelu_tail=TUNING["bf16_gelu_tail"])
     name = "pf_" + mode + "_" + hashlib.sha1(source_body.encode()).hexdigest()[:12]
     source = source_body.replace("def KERNEL(", f"def {name}(")
     n_blocks_r = -(-n_rows // block_r)
@@ -611,9 +615,17 @@ TUNING = {
     "wide_fp32_block_c": 4096,
     "wide_unroll": 4,
     "wide_warps": 32,
-    # A softmax over wide rows sums its exps in its max's pass, relative to a running max (two passes over the
-    # row instead of three: kernel_builder._online_softmax_sums). Off until its A/B on the H200 has run.
-    "wide_online_softmax": False,
+    # A softmax over wide rows whose row input has elements of at least this many bytes sums its exps in its
+    # max's pass, relative to a running max (two passes over the row instead of three, a cross-warp row max per
+    # tile more: kernel_builder._online_softmax_sums). H100, ab_trees.py against three passes, two rounds
+    # (benchmarks/results/2026-12-06-ab-online-fp32-h100*.json, -ab-gelu-tail-h100*.json): [1024, 65536] fp32
+    # 77.3 -> 81.1-81.3% of copy, bf16 65.2-65.6 -> 62.0% (bf16 rows keep three passes). Not run on the H200.
+    "wide_online_softmax_min_itemsize": 4,
+    # A bf16 tanh-GELU's tail with tanh's exp form and an exact fallback near bf16 rounding midpoints
+    # (codegen/gelu_tanh_bf16.py): 15% fewer instructions on the fast path, exact (GPU tests), but on the H100,
+    # where the kernel is memory-bound, 2-4% slower in two ab_trees.py rounds (-ab-gelu-tail-h100*.json: 46
+    # registers against 32). Off until it is timed on the H200, where the exact tanh makes the kernel issue-bound.
+    "bf16_gelu_tail": False,
 }
 
 
