@@ -125,15 +125,6 @@ def test_bf16_gelu_with_special_values_has_eagers_bits(order, layout):
 
 # --- GPU: the premise of the bound, and the bf16 results over every fp32 z ---------------------------------
 
-def _fast_u_block() -> str:
-    """The fast path of all four lanes alone (no exact fallback): g = h * (1 + tanh_exp_form(z))."""
-    lanes = "".join(gelu_tanh_bf16._lane(k) for k in range(4))
-    return ('"""{\n        .reg .f32 a<4>, g<4>, e, t, x2, p;\n        .reg .b32 b, s;\n'
-            '        .reg .pred one, small, slow;' + lanes
-            + "\n        mov.b32 $0, g0;\n        mov.b32 $1, g1;\n        mov.b32 $2, g2;\n        mov.b32 $3, g3;\n"
-            '        }"""')
-
-
 _KERNELS = '''
 import triton
 import triton.language as tl
@@ -146,8 +137,8 @@ def fast_u(out_ptr, start, BLOCK: tl.constexpr):
     bits = start + tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     z = bits.to(tl.int32).to(tl.float32, bitcast=True)
     one = tl.full([BLOCK], 1.0, tl.float32)
-    u = tl.inline_asm_elementwise(''' + _fast_u_block() + ''', "=r,=r,=r,=r,r,r,r,r,r,r,r,r", [z, one],
-                                  dtype=tl.float32, is_pure=True, pack=4)
+    u = tl.inline_asm_elementwise("""''' + gelu_tanh_bf16.ptx_block(exact_path=False) + '''""",
+                                  "=r,=r,=r,=r,r,r,r,r,r,r,r,r", [z, one], dtype=tl.float32, is_pure=True, pack=4)
     tl.store(out_ptr + tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK), u)
 
 

@@ -109,3 +109,33 @@ def test_by_default_only_rows_of_4_byte_elements_take_it(monkeypatch, io):
     src = _source(fd)
     assert ("on_m" in src) == (io == torch.float32)
     assert src.count("for c00 in range(") == (2 if io == torch.float32 else 3)
+
+
+def test_two_sums_of_one_max_take_one_online_pass_and_one_of_their_own():
+    """Only one sum per max is accumulated in the max's pass; a second sum of exp(x - max) keeps its own pass."""
+    x = _rows(torch.float32)
+    with FusionDefinition() as fd:
+        t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
+        m = fd.ops.max(t, dims=[1], keepdim=True)
+        for _ in range(2):
+            e = fd.ops.exp(fd.ops.sub(t, m))
+            fd.add_output(fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True)))
+    outs = fd.execute([x])
+    src = _source(fd)
+    assert "on_m" in src and src.count("for c00 in range(") == 3
+    ref = torch.softmax(x.float(), dim=1)
+    for o in outs:
+        assert_same(o, ref, atol=1e-5, rtol=1.3e-6)
+
+
+@pytest.mark.parametrize("layout", ["sliced", "transposed"])
+def test_wide_softmax_of_a_non_contiguous_input(layout):
+    base = _rows(torch.float32, COLS + 3)
+    x = base[:, 2:COLS + 2] if layout == "sliced" else base.t().contiguous().t()
+    with FusionDefinition() as fd:
+        _softmax(fd, x)
+    (out,) = fd.execute([x])
+    assert "on_m" in _source(fd)
+    t = x.float()  # eager op by op, which keeps the input's layout
+    e = torch.exp(t - t.amax(1, keepdim=True))
+    assert_same(out, e / e.sum(1, keepdim=True), atol=1e-5, rtol=1.3e-6)
