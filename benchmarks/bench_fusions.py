@@ -140,21 +140,26 @@ def issue4888_eager(mask, scores):
 _IO_DTYPES = {torch.bfloat16: DataType.BFloat16, torch.float32: DataType.Float}
 
 
+# case name -> (its definition for (shape, dtype), its eager twin, which of x, y, w, b it takes)
+CASE_FDS = {
+    "gelu(x*w+b)": (gelu_bias_fd, gelu_bias_eager, "xwb"),
+    "rmsnorm": (rmsnorm_fd, rmsnorm_eager, "xw"),
+    "layernorm": (layernorm_fd, layernorm_eager, "xwb"),
+    "softmax fp32": (softmax_fd, softmax_eager, "x"),
+    "slice+add+mul": (slice_add_mul_fd, slice_add_mul_eager, "xy"),
+}
+
+
 def make_cases(rows, cols, dev, dtype=torch.bfloat16):
     """The cases at one shape, with inputs and outputs in ``dtype`` (compute in fp32 either way); fp32 cases are
     named with an " [fp32]" suffix."""
     io = dict(device=dev, dtype=dtype)
-    x, y = torch.randn(rows, cols, **io), torch.randn(rows, cols, **io)
-    w, b = torch.randn(cols, **io), torch.randn(cols, **io)
+    tensors = {"x": torch.randn(rows, cols, **io), "y": torch.randn(rows, cols, **io),
+               "w": torch.randn(cols, **io), "b": torch.randn(cols, **io)}
     shape, dt = (rows, cols), _IO_DTYPES[dtype]
     tag = "" if dtype == torch.bfloat16 else " [fp32]"
-    return [
-        ("gelu(x*w+b)" + tag, gelu_bias_fd(shape, dt), gelu_bias_eager, [x, w, b]),
-        ("rmsnorm" + tag, rmsnorm_fd(shape, dt), rmsnorm_eager, [x, w]),
-        ("layernorm" + tag, layernorm_fd(shape, dt), layernorm_eager, [x, w, b]),
-        ("softmax fp32" + tag, softmax_fd(shape, dt), softmax_eager, [x]),
-        ("slice+add+mul" + tag, slice_add_mul_fd(shape, dt), slice_add_mul_eager, [x, y]),
-    ]
+    return [(name + tag, make_fd(shape, dt), eager, [tensors[k] for k in takes])
+            for name, (make_fd, eager, takes) in CASE_FDS.items()]
 
 
 # --------------------------------------------------------------------------------------------------------------

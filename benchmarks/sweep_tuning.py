@@ -1,11 +1,21 @@
-"""Sweep the kernel launch heuristics (pyfuser.codegen.plan.TUNING) on the GPU and print the best per case.
+"""Sweep the kernel launch heuristics (pyfuser.codegen.plan.TUNING) on the GPU.
 
-Run on the GPU machine: python benchmarks/sweep_tuning.py. Each configuration builds fresh fusions (new plans,
-new kernels) and times them with triton.testing.do_bench; prints one JSON line per (case, config).
+Run on the GPU machine:
+    python benchmarks/sweep_tuning.py                       the default grid below; prints the best per case
+    python benchmarks/sweep_tuning.py --cases layernorm --shapes 1024x65536 --dtypes bf16,fp32 \
+        --configs '[{}, {"wide_welford_min_itemsize": 99}, {"wide_block_c": 4096}]' --rounds 3 --out DIR --tag x
+Each configuration builds fresh fusions (new plans, new kernels), checks them against eager and times them with
+triton.testing.do_bench. With --configs, each round times every configuration once per case, in turn (so a
+drift of the machine's speed hits every configuration alike), and the per-configuration median over the rounds
+is printed and written to <out>/<date>-tuning<tag>.json. One JSON line per timing either way.
 """
 
+import argparse
 import copy
+import datetime
 import json
+import os
+import statistics
 import sys
 
 import torch
@@ -36,7 +46,7 @@ CASES = {"gelu(x*w+b)": "pointwise", "slice+add+mul": "pointwise", "rmsnorm": "n
          "layernorm": "normalization", "softmax fp32": "normalization"}
 
 
-def main():
+def default_grid():
     dev = torch.device("cuda")
     copy_bw = bf.copy_bandwidth(dev)
     best = {}
@@ -62,6 +72,63 @@ def main():
     print("BEST")
     for row in best.values():
         print(json.dumps(row))
+
+
+_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def configs_in_rounds(cases: list, shapes: list, dtypes: list, configs: list, rounds: int) -> list:
+    """Every (case, shape, dtype) under every configuration of ``configs`` (TUNING overrides), ``rounds`` times,
+    the configurations in turn within a round; returns one row per (case, shape, dtype, configuration)."""
+    dev = torch.device("cuda")
+    copy_bw = bf.copy_bandwidth(dev)
+    times: dict = {}
+    for rnd in range(rounds):
+        for shape in shapes:
+            for dtype in dtypes:
+                for name, _, eager, inputs in bf.make_cases(*shape, dev, _DTYPES[dtype]):
+                    if not any(name.startswith(c) for c in cases):
+                        continue
+                    make_fd = bf.CASE_FDS[name.replace(" [fp32]", "")][0]
+                    fd_dtype = bf._IO_DTYPES[_DTYPES[dtype]]
+                    for i, cfg in enumerate(configs):
+                        _, ms, pct = bf.time_with_tuning(lambda: make_fd(shape, fd_dtype), eager, inputs, cfg,
+                                                         copy_bw, name)
+                        times.setdefault((name, shape, dtype, i), []).append((ms, pct))
+                        print(json.dumps({"round": rnd, "case": name, "shape": shape, "cfg": cfg, "ms": ms,
+                                          "pct_copy_bw": pct}), flush=True)
+    rows = []
+    for (name, shape, dtype, i), ts in times.items():
+        ms = statistics.median(t[0] for t in ts)
+        pct = statistics.median(t[1] for t in ts)
+        rows.append({"case": name, "shape": list(shape), "dtype": dtype, "cfg": configs[i], "median_ms": ms,
+                     "median_pct_copy_bw": pct, "rounds": [t[0] for t in ts]})
+        print(f"{name:22s} {str(shape):15s} {json.dumps(configs[i]):60s} {ms:8.4f} ms {pct:5.1f}%")
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", help="case-name prefixes, comma-separated (with --configs)")
+    ap.add_argument("--shapes", default="1024x65536")
+    ap.add_argument("--dtypes", default="bf16")
+    ap.add_argument("--configs", help="a JSON list of TUNING overrides; {} is the current default")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out")
+    ap.add_argument("--tag", default="")
+    args = ap.parse_args(argv)
+    if args.configs is None:
+        default_grid()
+        return
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    rows = configs_in_rounds((args.cases or "").split(","), shapes, args.dtypes.split(","),
+                             json.loads(args.configs), args.rounds)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        path = os.path.join(args.out, f"{datetime.date.today().isoformat()}-tuning{args.tag}.json")
+        with open(path, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "triton": triton.__version__, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

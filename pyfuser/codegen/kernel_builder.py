@@ -544,7 +544,8 @@ class Emitter:
 
     def __init__(self, kb: KernelBuilder, params: list[TensorParam], n_row_dims: int, n_col_dims: int,
                  mode: str, index64: bool, n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0,
-                 split_interior: int = 0, full_col_tiles: bool = False, online: Optional[dict] = None):
+                 split_interior: int = 0, full_col_tiles: bool = False, online: Optional[dict] = None,
+                 welford: Optional[dict] = None):
         assert mode in ("pointwise", "persistent", "looped")
         assert not split_interior or mode == "pointwise"
         assert not full_col_tiles or not (split_interior or row_tiles)
@@ -578,6 +579,9 @@ class Emitter:
         # A softmax's row sum of exp(x - max) accumulated in the pass of its max (wide rows: see
         # _online_softmax_sums): the sum's uid -> the max, whose pass then computes both.
         self.online = online or {}
+        # A variance's sum of squared deviations accumulated in the pass of the mean's sum (wide rows with whole
+        # column tiles: see _welford_moments): that sum's uid -> (the mean, the sum of squares).
+        self.welford = welford or {}
         self._load_policy = ""  # eviction policy of row loads in the pass being written (wide kernels)
         self.n_row_dims, self.n_col_dims = n_row_dims, n_col_dims
         self.mode, self.index64 = mode, index64
@@ -835,11 +839,12 @@ class Emitter:
         last_pass = kb.max_level - (0 if full_stores else 1)
         tiles: list[_Scope] = []  # rows in tiles: each tile's scope, kept from pass to pass
         online = {m.uid: s for s, m in ((v, self.online[v.uid]) for v in reduces if v.uid in self.online)}
+        in_earlier_pass = set(self.online) | {m2.uid for _, m2 in self.welford.values()}
         for level in range(kb.max_level):
             # Wide rows: what a pass reads is re-read by the next, so it stays in L2 (evict_last) until the last.
             self._load_policy = "" if not self.wide else "evict_first" if level == last_pass else "evict_last"
-            these = [v for v in reduces if v.operands[0].level == level and v.uid not in self.online]
-            if not these:  # (a softmax's sum, computed in its max's pass)
+            these = [v for v in reduces if v.operands[0].level == level and v.uid not in in_earlier_pass]
+            if not these:  # (a softmax's sum, computed in its max's pass; a variance's, in its mean's)
                 continue
             # Per-row operands needed by this pass must exist before the loop.
             for v in these:
@@ -850,6 +855,8 @@ class Emitter:
                     continue
                 ident = identity_literal(v.reduction, v.dtype)
                 self.w(f"acc{v.uid} = tl.full([BLOCK_R, BLOCK_C], {ident}, {TL_DTYPE[v.dtype]})")
+                if v.uid in self.welford:
+                    self._welford_init(v)
             for scope, masked in self._column_tiles(top, tiles):
                 for v in these:
                     x = v.operands[0]
@@ -861,6 +868,8 @@ class Emitter:
                         self._online_step(online[v.uid], src)
                         continue
                     self.w(f"acc{v.uid} = {REDUCTIONS[v.reduction][1].format(a=f'acc{v.uid}', b=src)}")
+                    if v.uid in self.welford:
+                        self._welford_step(v, src)
             for v in these:
                 if v.uid in online:
                     total = online[v.uid]
@@ -870,6 +879,8 @@ class Emitter:
                 else:
                     self.w(f"{self._n(v)} = {REDUCTIONS[v.reduction][2].format(x=f'acc{v.uid}')}")
                 top.emitted.add(v.uid)
+                if v.uid in self.welford:
+                    self._welford_finish(v, top)
         self._load_policy = ""
         for p, v in row_stores:
             self._emit_row_deps(v, top)
@@ -903,6 +914,34 @@ class Emitter:
         self.w(f"on_sn{u} = tl.where(on_m{u} == float(\"-inf\"), 0.0, on_m{u})")
         self.w(f"acc{u} = acc{u} * tl.exp(on_s{u} - on_sn{u}) + tl.exp({x} - on_sn{u})")
         self.w(f"on_s{u} = on_sn{u}")
+
+    def _welford_init(self, total: KValue) -> None:
+        """Each lane's running mean and sum of squared deviations from it (Welford), beside ``total``, the sum."""
+        u, dt = total.uid, TL_DTYPE[total.dtype]
+        self.w(f"wf_m{u} = tl.zeros([BLOCK_R, BLOCK_C], {dt})")
+        self.w(f"wf_q{u} = tl.zeros([BLOCK_R, BLOCK_C], {dt})")
+
+    def _welford_step(self, total: KValue, x: str) -> None:
+        """Welford's update of every lane by the tile's element ``x``. All tiles are whole (full_col_tiles), so
+        every lane has seen the same number of elements, the tile's index plus one, and the update divides by a
+        per-program scalar (its fast reciprocal: the mean it keeps only centres the squares)."""
+        u, dt = total.uid, TL_DTYPE[total.dtype]
+        self.w(f"wf_r{u} = tl.fdiv(tl.full([], 1.0, {dt}), (c0 // BLOCK_C + 1).to({dt}))")
+        self.w(f"wf_d{u} = {x} - wf_m{u}")
+        self.w(f"wf_m{u} = wf_m{u} + wf_d{u} * wf_r{u}")
+        self.w(f"wf_q{u} = wf_q{u} + wf_d{u} * ({x} - wf_m{u})")
+
+    def _welford_finish(self, total: KValue, top: _Scope) -> None:
+        """The row's sum of squared deviations from its mean (computed from the exact sum, as before): the lanes'
+        own sums plus, Chan's merge of equal counts, each lane's count times its mean's squared distance from
+        the row's."""
+        u = total.uid
+        mean, m2 = self.welford[u]
+        self._emit_row_deps(mean, top)
+        self.w(f"wf_n{u} = (n_cols // BLOCK_C).to({TL_DTYPE[total.dtype]})")
+        self.w(f"wf_e{u} = wf_m{u} - {self._n(mean)}")
+        self.w(f"{self._n(m2)} = tl.sum(wf_q{u} + wf_n{u} * (wf_e{u} * wf_e{u}), axis=1, keep_dims=True)")
+        top.emitted.add(m2.uid)
 
     def _column_tiles(self, top: _Scope, tiles: list):
         """The tiles of one pass over the row, each as (its scope, whether its column mask is needed), written
@@ -1015,6 +1054,34 @@ def _online_softmax_sums(kb: KernelBuilder) -> dict:
 
         if readers.get(s.uid) and all(divides_e(r) for r in readers[s.uid]):
             found[s.uid] = m
+    return found
+
+
+def _welford_moments(kb: KernelBuilder) -> dict:
+    """A variance's sum of squared deviations ``sum((x - mean) ** 2)`` with ``mean = div_rn(sum(x), n)`` (the
+    two-pass moments of reduction_lowerings._lower_moments): the sum's uid -> (mean, that sum of squares). A
+    looped kernel over wide rows of whole tiles accumulates it in the pass of sum(x), by Welford's update per
+    lane and Chan's merge of the lanes (``Emitter._welford_step``): one pass over the row fewer (a LayerNorm's
+    three become two). Eager's CUDA var_mean and layer_norm compute their moments this way, Welford's update and
+    Chan's merge, in Float; the mean itself is still div_rn(sum(x), n) (its bits unchanged)."""
+    found: dict = {}
+    for m2 in kb.nodes:
+        if not (m2.kind == "reduce" and m2.reduction == "sum" and m2.dtype.is_floating_point):
+            continue
+        (sq,) = m2.operands
+        if not (sq.kind == "op" and sq.template == "{0} * {0}" and sq.dtype == m2.dtype):
+            continue
+        (dev,) = sq.operands
+        if not (dev.kind == "op" and dev.template == "{0} - {1}" and dev.dtype == m2.dtype):
+            continue
+        x, mean = dev.operands
+        if not (x.full and not mean.full and mean.kind == "op" and mean.template == _DIV):
+            continue
+        s, n = mean.operands
+        if not (s.kind == "reduce" and s.reduction == "sum" and s.operands[0] is x and s.dtype == m2.dtype
+                and not n.full and s.uid not in found):
+            continue
+        found[s.uid] = (mean, m2)
     return found
 
 
@@ -1140,10 +1207,11 @@ def _canonical_bf16_nans(kb: KernelBuilder) -> None:
 def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, mode, index64,
                   n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0, lanes_per_thread: int = 1,
                   split_interior: int = 0, full_col_tiles: bool = False, online_softmax: bool = True,
-                  gelu_tail: bool = True) -> str:
+                  gelu_tail: bool = True, welford: bool = True) -> str:
     """``lanes_per_thread``: elements of a [BLOCK_R, BLOCK_C] tile each thread holds (1 where unknown).
     ``split_interior``, ``full_col_tiles``: see Emitter. ``online_softmax``: wide rows accumulate a softmax's sum
-    in its max's pass (_online_softmax_sums). ``gelu_tail``: _bf16_tanh_gelu_tails."""
+    in its max's pass (_online_softmax_sums). ``gelu_tail``: _bf16_tanh_gelu_tails. ``welford``: wide rows of
+    whole tiles accumulate a variance's squared deviations in its mean's pass (_welford_moments)."""
     _mark_arithmetic_min_max(kb)
     if lanes_per_thread % 4 == 0 and not interpreting():
         _bf16_row_divisions(kb)
@@ -1152,7 +1220,8 @@ def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, 
     if not interpreting():
         _canonical_bf16_nans(kb)
     online = _online_softmax_sums(kb) if wide and online_softmax else None
+    moments = _welford_moments(kb) if wide and full_col_tiles and welford else None
     body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64, n_cols_factor, row_tiles, wide,
-                   split_interior, full_col_tiles, online).source(name)
+                   split_interior, full_col_tiles, online, moments).source(name)
     header = "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n"
     return header + PRELUDE + "\n\n" + body

@@ -340,7 +340,9 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
                                 n_tiles, unroll if wide else 0, lanes if lanes >= 4 else 1, split_interior,
                                 full_col_tiles,
                                 online_softmax=row_in_itemsize >= TUNING["wide_online_softmax_min_itemsize"],
-                                gelu_tail=TUNING["bf16_gelu_tail"])
+                                gelu_tail=TUNING["bf16_gelu_tail"],
+                                welford=(n_cols > TUNING["wide_min_cols"]
+                                         and row_in_itemsize >= TUNING["wide_welford_min_itemsize"]))
     name = "pf_" + mode + "_" + hashlib.sha1(source_body.encode()).hexdigest()[:12]
     source = source_body.replace("def KERNEL(", f"def {name}(")
     n_blocks_r = -(-n_rows // block_r)
@@ -626,6 +628,15 @@ TUNING = {
     # where the kernel is memory-bound, 2-4% slower in two ab_trees.py rounds (-ab-gelu-tail-h100*.json: 46
     # registers against 32). Off until it is timed on the H200, where the exact tanh makes the kernel issue-bound.
     "bf16_gelu_tail": False,
+    # A variance over rows longer than wide_min_cols, in whole tiles, whose row input has elements of at least
+    # this many bytes, accumulates its squared deviations in its mean's pass by Welford's update per lane
+    # (kernel_builder._welford_moments): two passes over the row instead of three, two more lane accumulators.
+    # H200, LayerNorm, benchmarks/sweep_tuning.py, 3 rounds (results/2026-12-06-tuning-welford*-h200.json):
+    # fp32 [1024, 65536] 0.193 -> 0.184 ms (65.6 -> 68.7% of copy; its kernel held 64 registers already); bf16
+    # 0.093 -> 0.108 ms and fp32 [4096, 16384] (wide for its row inputs) 0.154 -> 0.197 ms, where the lanes
+    # take the kernel from 32 registers to 52-60 and one program per SM instead of two (narrower tiles or more
+    # of them in flight: at best 0.098 and 0.163 ms).
+    "wide_welford_min_itemsize": 4,
 }
 
 

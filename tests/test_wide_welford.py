@@ -1,0 +1,168 @@
+"""A variance over rows too long for registers (a wide looped kernel) whose tiles all lie inside the row, of 4-byte
+elements (plan.TUNING["wide_welford_min_itemsize"]; the tests here lower it to 1 for bf16 rows), takes its
+sum of squared deviations in the pass of its mean's sum, by Welford's update per lane and Chan's merge of the
+lanes (``kernel_builder._welford_moments``, ``Emitter._welford_step``): a LayerNorm reads its row twice instead
+of three times. Eager's CUDA var_mean and layer_norm compute their moments the same way; the mean is still the
+row's sum over its count. The results are compared with eager's, special rows included; rows with a masked
+last tile keep the two-pass moments.
+"""
+
+import pytest
+import torch
+
+from pyfuser import DataType, FusionDefinition
+from pyfuser.codegen import plan
+from harness import DEVICE, assert_same
+
+COLS = 32768  # > plan.TUNING["wide_min_cols"], and a whole number of steps of 4 tiles of 8192
+
+
+@pytest.fixture(autouse=True)
+def welford_for_every_element_size(monkeypatch):
+    monkeypatch.setitem(plan.TUNING, "wide_welford_min_itemsize", 1)
+
+
+def _rows(dtype, cols=COLS):
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(10, cols, generator=g) * 3 + 1
+    x[0, 7] = float("nan")
+    x[1, cols // 3] = float("inf")
+    x[2, 5], x[2, -5] = float("inf"), float("-inf")
+    # A constant row: variance 0. (0.5, whose sums are exact in fp32: the mean of a constant like 0.7, a sum over
+    # its count, may be an ulp off, which the rsqrt of eps = 1e-5 then turns into output errors near 1e-4 in
+    # fp32, in the two-pass form as in this one; eager's Welford keeps a constant's mean exact.)
+    x[3, :] = 0.5
+    # A mean 60 times the spread: a sum of squares not centred on the mean loses 12 bits of its variance in
+    # fp32 (a larger ratio: even the mean's rounding moves fp32 outputs beyond the tolerances below).
+    x[4, :] = 30 + torch.randn(cols, generator=g) * 0.5
+    x[5, :] = torch.linspace(-1e15, 1e15, cols)  # squares near 1e30
+    x[6, :] = -0.0
+    even = cols // 2 * 2
+    x[7, :even:2] = -x[7, 1:even:2]  # pairs of opposite values
+    x[8, : cols // 2] = 50.0  # the spread lies between the lanes' means, not within them
+    x[8, cols // 2:] = -50.0
+    return x.to(dtype).to(DEVICE)
+
+
+def _source(fd) -> str:
+    src = fd.last_execution()[0].kernel_source
+    return src[src.index("\ndef pf_"):]
+
+
+def _layernorm(fd, x, w, b, io):
+    t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
+    var, mean = fd.ops.var_mean(t, dims=[1], correction=0, keepdim=True)
+    y = fd.ops.mul(fd.ops.sub(t, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5)))
+    y = fd.ops.add(fd.ops.mul(y, fd.ops.cast(fd.from_pytorch(w), DataType.Float)),
+                   fd.ops.cast(fd.from_pytorch(b), DataType.Float))
+    fd.add_output(y if io == torch.float32 else fd.ops.cast(y, DataType.BFloat16))
+
+
+def _eager_layernorm(x, w, b):
+    t = x.float()
+    var, mean = torch.var_mean(t, dim=1, correction=0, keepdim=True)
+    return ((t - mean) * torch.rsqrt(var + 1e-5) * w.float() + b.float()).to(x.dtype)
+
+
+def _tolerance(io):
+    # The moments' rounding is a reduction's (its order differs from eager's); bf16 outputs then round the same
+    # but near a rounding midpoint.
+    return dict(atol=1e-5, rtol=1e-5) if io == torch.float32 else dict(atol=2 ** -14, rtol=2 ** -7)
+
+
+@pytest.mark.parametrize("io", [torch.float32, torch.bfloat16], ids=str)
+def test_wide_layernorm_takes_two_passes_and_equals_eager(io):
+    x = _rows(io)
+    w, b = torch.randn(COLS, dtype=io, device=DEVICE), torch.randn(COLS, dtype=io, device=DEVICE)
+    with FusionDefinition() as fd:
+        _layernorm(fd, x, w, b, io)
+    (out,) = fd.execute([x, w, b])
+    src = _source(fd)
+    assert "pf_looped" in src and "wf_m" in src
+    assert src.count("for c00 in range(") == 2  # the moments' pass, the output pass
+    ref = _eager_layernorm(x, w, b)
+    assert out.shape == ref.shape and out.stride() == ref.stride() and out.dtype == ref.dtype
+    assert torch.equal(out.isnan(), ref.isnan())
+    torch.testing.assert_close(out.float(), ref.float(), equal_nan=True, **_tolerance(io))
+
+
+def test_rows_wide_only_for_their_row_inputs_keep_the_two_pass_moments():
+    """fp32 LayerNorm rows of 16384 columns run wide (plan.wide_rows: x, w and b would spill in registers), but
+    not longer than wide_min_cols: the lanes would cost them their second program per SM."""
+    cols = 16384
+    x = _rows(torch.float32, cols)
+    w, b = torch.randn(cols, device=DEVICE), torch.randn(cols, device=DEVICE)
+    with FusionDefinition() as fd:
+        _layernorm(fd, x, w, b, torch.float32)
+    (out,) = fd.execute([x, w, b])
+    assert "wf_m" not in _source(fd)
+    assert_same(out, _eager_layernorm(x, w, b), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("correction", [0, 1])
+def test_stored_var_and_mean_of_wide_rows_equal_eager(correction):
+    x = _rows(torch.float32)
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        var, mean = fd.ops.var_mean(t, dims=[1], correction=correction)
+        fd.add_output(var)
+        fd.add_output(mean)
+        fd.add_output(fd.ops.var(t, dims=[1], correction=correction, keepdim=True))
+    outs = fd.execute([x])
+    assert "wf_m" in _source(fd)
+    var_ref, mean_ref = torch.var_mean(x, dim=1, correction=correction)
+    # Rows holding inf: eager's Welford and the two-pass form both give a NaN variance; their means may differ
+    # (inf from the sum, NaN from Welford's running mean, in eager's order-dependent way): the mean here is
+    # the sum's, as before this form.
+    finite = torch.isfinite(x).all(1)
+    for o, r in [(outs[0], var_ref), (outs[2], var_ref[:, None])]:
+        assert o.shape == r.shape and o.stride() == r.stride() and o.dtype == r.dtype
+        assert torch.equal(o.isnan(), r.isnan())
+        torch.testing.assert_close(o[finite], r[finite], rtol=1e-5, atol=1e-6)
+    # A mean's error is relative to the row's magnitude (the ±1e15 row sums to 0 exactly, eager's Welford to
+    # 0.23 × its count).
+    mean, scale = outs[1][finite], x[finite].abs().amax(1)
+    assert mean.shape == (int(finite.sum()),) and mean.dtype == mean_ref.dtype
+    assert ((mean - mean_ref[finite]).abs() <= 1e-6 * scale).all()
+
+
+def test_a_masked_last_tile_keeps_the_two_pass_moments():
+    cols = 20000
+    x = _rows(torch.float32, cols)
+    w, b = torch.randn(cols, device=DEVICE), torch.randn(cols, device=DEVICE)
+    with FusionDefinition() as fd:
+        _layernorm(fd, x, w, b, torch.float32)
+    (out,) = fd.execute([x, w, b])
+    src = _source(fd)
+    assert "wf_m" not in src and src.count("for c00 in range(") == 3
+    assert_same(out, _eager_layernorm(x, w, b), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("io", [torch.float32, torch.bfloat16], ids=str)
+def test_by_default_only_rows_of_4_byte_elements_take_it(monkeypatch, io):
+    monkeypatch.setitem(plan.TUNING, "wide_welford_min_itemsize", 4)
+    x = _rows(io)
+    w, b = torch.randn(COLS, dtype=io, device=DEVICE), torch.randn(COLS, dtype=io, device=DEVICE)
+    with FusionDefinition() as fd:
+        _layernorm(fd, x, w, b, io)
+    (out,) = fd.execute([x, w, b])
+    src = _source(fd)
+    assert ("wf_m" in src) == (io == torch.float32)
+    assert src.count("for c00 in range(") == (2 if io == torch.float32 else 3)
+    ref = _eager_layernorm(x, w, b)
+    assert out.shape == ref.shape and out.stride() == ref.stride() and out.dtype == ref.dtype
+    torch.testing.assert_close(out.float(), ref.float(), equal_nan=True, **_tolerance(io))
+
+
+@pytest.mark.parametrize("layout", ["sliced", "transposed"])
+def test_wide_layernorm_of_a_non_contiguous_input(layout):
+    if layout == "sliced":
+        x = _rows(torch.float32, COLS + 3)[:, 2:COLS + 2]
+    else:
+        x = _rows(torch.float32).t().contiguous().t()
+    w, b = torch.randn(COLS, device=DEVICE), torch.randn(COLS, device=DEVICE)
+    with FusionDefinition() as fd:
+        _layernorm(fd, x, w, b, torch.float32)
+    (out,) = fd.execute([x, w, b])
+    assert "wf_m" in _source(fd)
+    assert_same(out, _eager_layernorm(x, w, b), atol=1e-5, rtol=1e-5)
