@@ -10,7 +10,8 @@ import torch
 
 from pyfuser import DataType, FusionDefinition
 from pyfuser.codegen import plan
-from harness import DEVICE, assert_same
+from pyfuser.codegen.kernel_builder import COMPILE_OPTIONS, PRELUDE
+from harness import DEVICE, assert_same, load_source_module
 
 COLS = 20000  # > plan.TUNING["wide_min_cols"]: a wide looped kernel
 
@@ -139,3 +140,73 @@ def test_wide_softmax_of_a_non_contiguous_input(layout):
     t = x.float()  # eager op by op, which keeps the input's layout
     e = torch.exp(t - t.amax(1, keepdim=True))
     assert_same(out, e / e.sum(1, keepdim=True), atol=1e-5, rtol=1.3e-6)
+
+
+@pytest.mark.parametrize("cols", [COLS, 32768], ids=["masked tail", "whole steps"])
+def test_a_sum_in_a_pass_of_its_own_adds_the_fast_exp_and_equals_eager(monkeypatch, cols):
+    """Rows of 2-byte elements keep three passes by default; their sum's pass adds the fast exp of x - max (the
+    prelude's _exp_ftz on the GPU, tl.exp in the interpreter), the output pass the exact one."""
+    monkeypatch.setitem(plan.TUNING, "wide_online_softmax_min_itemsize", 4)
+    x = _rows(torch.bfloat16, cols)
+    with FusionDefinition() as fd:
+        _softmax(fd, x, out_dtype=DataType.BFloat16)
+    (out,) = fd.execute([x])
+    src = _source(fd)
+    passes = src.split("for c00 in range(")
+    assert len(passes) == 4 and "on_m" not in src
+    fast = "_exp_ftz(" if DEVICE.type == "cuda" else "tl.exp("
+    assert fast in passes[2] and "libdevice.exp(" not in passes[2]
+    assert "libdevice.exp(" in passes[3] and fast not in passes[3]
+    ref = torch.softmax(x.float(), dim=1).to(torch.bfloat16)
+    assert out.shape == ref.shape and out.stride() == ref.stride() and out.dtype == ref.dtype
+    assert torch.equal(out.isnan(), ref.isnan())
+    torch.testing.assert_close(out.float(), ref.float(), equal_nan=True, atol=2 ** -14, rtol=2 ** -7)
+
+
+def test_the_fast_exp_sum_has_a_switch(monkeypatch):
+    monkeypatch.setitem(plan.TUNING, "wide_online_softmax_min_itemsize", 4)
+    monkeypatch.setitem(plan.TUNING, "wide_fast_exp_sums", False)
+    x = _rows(torch.bfloat16)
+    with FusionDefinition() as fd:
+        _softmax(fd, x, out_dtype=DataType.BFloat16)
+    (out,) = fd.execute([x])
+    passes = _source(fd).split("for c00 in range(")
+    assert "libdevice.exp(" in passes[2] and "tl.exp(" not in passes[2] and "_exp_ftz(" not in passes[2]
+    torch.testing.assert_close(out.float(), torch.softmax(x.float(), dim=1).to(torch.bfloat16).float(),
+                               equal_nan=True, atol=2 ** -14, rtol=2 ** -7)
+
+
+_EXP_KERNELS = """
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+""" + PRELUDE + """
+
+@triton.jit
+def exp_pair(fast_ptr, exact_ptr, start, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    x = (start + offs).to(tl.int32).to(tl.float32, bitcast=True)
+    tl.store(fast_ptr + offs, _exp_ftz(x))
+    tl.store(exact_ptr + offs, libdevice.exp(x))
+"""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_fast_exp_of_every_non_positive_fp32_is_within_2_to_the_minus_21_of_expf(tmp_path):
+    """_exp_ftz over every fp32 with the sign bit set (-0, subnormals, normals, -inf, NaNs): the terms of a
+    softmax sum, x - max <= 0. Within 2^-21 of libdevice's expf (each term is at most 1 and the sum at least 1),
+    NaN for NaN, 0 for -inf."""
+    mod = load_source_module(_EXP_KERNELS, tmp_path, "fast_exp_kernels")
+    chunk, block = 1 << 28, 1024
+    fast = torch.empty(chunk, dtype=torch.float32, device="cuda")
+    exact = torch.empty_like(fast)
+    worst = 0.0
+    for start in range(-(1 << 31), 0, chunk):
+        mod.exp_pair[(chunk // block,)](fast, exact, start, BLOCK=block, num_warps=4, **COMPILE_OPTIONS)
+        assert torch.equal(fast.isnan(), exact.isnan())
+        worst = max(worst, float((fast.double() - exact.double()).abs().nan_to_num(0.0).max()))
+    x = torch.tensor([float("-inf")], device="cuda")
+    mod.exp_pair[(1,)](fast, exact, int(x.view(torch.int32)), BLOCK=block, num_warps=4, **COMPILE_OPTIONS)
+    assert float(fast[0]) == 0.0
+    print(f"max |_exp_ftz - expf| over x <= 0: {worst!r}")
+    assert worst <= 2 ** -21

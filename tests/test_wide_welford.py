@@ -65,9 +65,10 @@ def _eager_layernorm(x, w, b):
 
 
 def _tolerance(io):
-    # The moments' rounding is a reduction's (its order differs from eager's); bf16 outputs then round the same
-    # but near a rounding midpoint.
-    return dict(atol=1e-5, rtol=1e-5) if io == torch.float32 else dict(atol=2 ** -14, rtol=2 ** -7)
+    # The moments' rounding is a reduction's (its order differs from eager's), and the mean's error, relative to
+    # the spread, reaches the outputs (the row of mean 30 and spread 0.5: 1.6e-5 on the H100, both forms); bf16
+    # outputs then round the same but near a rounding midpoint.
+    return dict(atol=5e-5, rtol=2e-5) if io == torch.float32 else dict(atol=2 ** -14, rtol=2 ** -7)
 
 
 @pytest.mark.parametrize("io", [torch.float32, torch.bfloat16], ids=str)
@@ -96,7 +97,7 @@ def test_rows_wide_only_for_their_row_inputs_keep_the_two_pass_moments():
         _layernorm(fd, x, w, b, torch.float32)
     (out,) = fd.execute([x, w, b])
     assert "wf_m" not in _source(fd)
-    assert_same(out, _eager_layernorm(x, w, b), atol=1e-5, rtol=1e-5)
+    assert_same(out, _eager_layernorm(x, w, b), **_tolerance(torch.float32))
 
 
 @pytest.mark.parametrize("correction", [0, 1])
@@ -135,7 +136,7 @@ def test_a_masked_last_tile_keeps_the_two_pass_moments():
     (out,) = fd.execute([x, w, b])
     src = _source(fd)
     assert "wf_m" not in src and src.count("for c00 in range(") == 3
-    assert_same(out, _eager_layernorm(x, w, b), atol=1e-5, rtol=1e-5)
+    assert_same(out, _eager_layernorm(x, w, b), **_tolerance(torch.float32))
 
 
 @pytest.mark.parametrize("io", [torch.float32, torch.bfloat16], ids=str)
@@ -165,4 +166,4 @@ def test_wide_layernorm_of_a_non_contiguous_input(layout):
         _layernorm(fd, x, w, b, torch.float32)
     (out,) = fd.execute([x, w, b])
     assert "wf_m" in _source(fd)
-    assert_same(out, _eager_layernorm(x, w, b), atol=1e-5, rtol=1e-5)
+    assert_same(out, _eager_layernorm(x, w, b), **_tolerance(torch.float32))

@@ -118,6 +118,18 @@ def _cummin_combine(a, b):
 
 
 @triton.jit
+def _exp_ftz(x):
+    # exp(x) as ex2.approx.ftz(x * log2(e)): two instructions, where tl.exp's form without .ftz takes five (it
+    # scales subnormal inputs and results). Only for the terms of a softmax's row sum (Emitter.fast_exp_sums,
+    # Emitter._online_step): each term is at most 1 and the row's sum at least 1, so a subnormal term flushed
+    # to 0, or a subnormal input flushed to 0 (exp 1, which the exact exp rounds to as well), changes nothing
+    # the sum keeps. NaN stays NaN, -inf gives 0. The interpreter has no PTX: it uses tl.exp.
+    return tl.inline_asm_elementwise(
+        "{ .reg .f32 t; mul.rn.f32 t, $1, 0f3FB8AA3B; ex2.approx.ftz.f32 $0, t; }",
+        "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
 def _tanh_f32(x):
     # libdevice's tanhf (__nv_tanhf), instruction for instruction, with both of its halves computed and one
     # selected: an odd polynomial below |x| = 0.6 (NaN included), 1 - 2 / (2^(2|x|/ln 2) + 1) with x's sign
@@ -539,13 +551,18 @@ def _expr(v: KValue) -> str:
     return v.var
 
 
+def _fast_exp() -> str:
+    """The exp of a softmax sum's terms (see _exp_ftz in the prelude; the interpreter runs no PTX)."""
+    return "tl.exp" if interpreting() else "_exp_ftz"
+
+
 class Emitter:
     """Writes the kernel source for a KernelBuilder and a row/column index structure."""
 
     def __init__(self, kb: KernelBuilder, params: list[TensorParam], n_row_dims: int, n_col_dims: int,
                  mode: str, index64: bool, n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0,
                  split_interior: int = 0, full_col_tiles: bool = False, online: Optional[dict] = None,
-                 welford: Optional[dict] = None):
+                 welford: Optional[dict] = None, fast_exp_sums: frozenset = frozenset()):
         assert mode in ("pointwise", "persistent", "looped")
         assert not split_interior or mode == "pointwise"
         assert not full_col_tiles or not (split_interior or row_tiles)
@@ -582,6 +599,9 @@ class Emitter:
         # A variance's sum of squared deviations accumulated in the pass of the mean's sum (wide rows with whole
         # column tiles: see _welford_moments): that sum's uid -> (the mean, the sum of squares).
         self.welford = welford or {}
+        # A softmax's row sum of exp(x - max) in a pass of its own (wide rows whose sum is not online): the sums'
+        # uids, whose pass adds the fast exp (see _online_softmax_sums: the same sums).
+        self.fast_exp_sums = fast_exp_sums
         self._load_policy = ""  # eviction policy of row loads in the pass being written (wide kernels)
         self.n_row_dims, self.n_col_dims = n_row_dims, n_col_dims
         self.mode, self.index64 = mode, index64
@@ -860,8 +880,13 @@ class Emitter:
             for scope, masked in self._column_tiles(top, tiles):
                 for v in these:
                     x = v.operands[0]
-                    self.emit_node(x, scope, f"rmask & cmask{self.sfx}")
-                    src = self._n(x) if x.full else f"tl.broadcast_to({self._n(x)}, [BLOCK_R, {self.bc}])"
+                    if v.uid in self.fast_exp_sums:  # exp(x - max), the exact exp left to the output pass
+                        (shifted,) = x.operands
+                        self.emit_node(shifted, scope, f"rmask & cmask{self.sfx}")
+                        src = f"{_fast_exp()}({self._n(shifted)})"
+                    else:
+                        self.emit_node(x, scope, f"rmask & cmask{self.sfx}")
+                        src = self._n(x) if x.full else f"tl.broadcast_to({self._n(x)}, [BLOCK_R, {self.bc}])"
                     if masked:  # (no row mask: see emit_node's reduce)
                         src = f"tl.where(cmask{self.sfx}, {src}, {identity_literal(v.reduction, v.dtype)})"
                     if v.uid in online:
@@ -907,12 +932,12 @@ class Emitter:
         far is rescaled to it (each row's shift is the max, or 0 while the max is -inf: exp(-inf - 0) = 0) and the
         tile's exp(x - shift) added. ``x``: the tile's values, -inf in masked lanes (exp(-inf - shift) is 0, or
         NaN where the shift is: a row holding a NaN, whose outputs are NaN whatever its sum). The exp is the fast one
-        (ex2.approx on the GPU): the sum is a reduction, whose rounding already differs from eager's with its
+        (_exp_ftz on the GPU): the sum is a reduction, whose rounding already differs from eager's with its
         order, and only ever divides the exactly recomputed exp(x - max) (see _online_softmax_sums)."""
         u = total.uid
         self.w(f"on_m{u} = _max_canonical_nan(on_m{u}, tl.reduce({x}, 1, _max_canonical_nan, keep_dims=True))")
         self.w(f"on_sn{u} = tl.where(on_m{u} == float(\"-inf\"), 0.0, on_m{u})")
-        self.w(f"acc{u} = acc{u} * tl.exp(on_s{u} - on_sn{u}) + tl.exp({x} - on_sn{u})")
+        self.w(f"acc{u} = acc{u} * tl.exp(on_s{u} - on_sn{u}) + {_fast_exp()}({x} - on_sn{u})")
         self.w(f"on_s{u} = on_sn{u}")
 
     def _welford_init(self, total: KValue) -> None:
@@ -1023,7 +1048,8 @@ def _online_softmax_sums(kb: KernelBuilder) -> dict:
     """sum(exp(x - max(x))) of a softmax whose sum is read only as the divisor of that same exp (plain division,
     or the bf16 row division with its reciprocal) and is not stored: sum uid -> the max. A looped kernel over
     wide rows accumulates such a sum in its max's pass, relative to a running max (``Emitter._online_step``):
-    one pass over the row fewer. Its value is only a reduction's (its rounding differs from eager's with the
+    one pass over the row fewer; or, where that is off, in a pass of its own with the fast exp, since the
+    output pass computes the quotient's exact exp again anyway (``Emitter.fast_exp_sums``). Its value is only a reduction's (its rounding differs from eager's with the
     order, as every sum's does), and where it differs otherwise (0 for a row of -inf, which eager sums to NaN)
     the exp it divides is NaN, so the quotient is eager's either way."""
     readers, stored = _readers_and_stored(kb)
@@ -1207,11 +1233,12 @@ def _canonical_bf16_nans(kb: KernelBuilder) -> None:
 def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, mode, index64,
                   n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0, lanes_per_thread: int = 1,
                   split_interior: int = 0, full_col_tiles: bool = False, online_softmax: bool = True,
-                  gelu_tail: bool = True, welford: bool = True) -> str:
+                  gelu_tail: bool = True, welford: bool = True, fast_exp_sums: bool = True) -> str:
     """``lanes_per_thread``: elements of a [BLOCK_R, BLOCK_C] tile each thread holds (1 where unknown).
     ``split_interior``, ``full_col_tiles``: see Emitter. ``online_softmax``: wide rows accumulate a softmax's sum
     in its max's pass (_online_softmax_sums). ``gelu_tail``: _bf16_tanh_gelu_tails. ``welford``: wide rows of
-    whole tiles accumulate a variance's squared deviations in its mean's pass (_welford_moments)."""
+    whole tiles accumulate a variance's squared deviations in its mean's pass (_welford_moments).
+    ``fast_exp_sums``: wide rows whose softmax sum keeps a pass of its own sum the fast exp there."""
     _mark_arithmetic_min_max(kb)
     if lanes_per_thread % 4 == 0 and not interpreting():
         _bf16_row_divisions(kb)
@@ -1219,9 +1246,11 @@ def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, 
             _bf16_tanh_gelu_tails(kb)
     if not interpreting():
         _canonical_bf16_nans(kb)
-    online = _online_softmax_sums(kb) if wide and online_softmax else None
+    sums = _online_softmax_sums(kb) if wide else {}
+    online = sums if online_softmax else None
+    fast = frozenset(sums) if sums and not online_softmax and fast_exp_sums else frozenset()
     moments = _welford_moments(kb) if wide and full_col_tiles and welford else None
     body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64, n_cols_factor, row_tiles, wide,
-                   split_interior, full_col_tiles, online, moments).source(name)
+                   split_interior, full_col_tiles, online, moments, fast).source(name)
     header = "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n"
     return header + PRELUDE + "\n\n" + body

@@ -340,7 +340,7 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
                                 n_tiles, unroll if wide else 0, lanes if lanes >= 4 else 1, split_interior,
                                 full_col_tiles,
                                 online_softmax=row_in_itemsize >= TUNING["wide_online_softmax_min_itemsize"],
-                                gelu_tail=TUNING["bf16_gelu_tail"],
+                                gelu_tail=TUNING["bf16_gelu_tail"], fast_exp_sums=TUNING["wide_fast_exp_sums"],
                                 welford=(n_cols > TUNING["wide_min_cols"]
                                          and row_in_itemsize >= TUNING["wide_welford_min_itemsize"]))
     name = "pf_" + mode + "_" + hashlib.sha1(source_body.encode()).hexdigest()[:12]
@@ -623,6 +623,10 @@ TUNING = {
     # (benchmarks/results/2026-12-06-ab-online-fp32-h100*.json, -ab-gelu-tail-h100*.json): [1024, 65536] fp32
     # 77.3 -> 81.1-81.3% of copy, bf16 65.2-65.6 -> 62.0% (bf16 rows keep three passes). Not run on the H200.
     "wide_online_softmax_min_itemsize": 4,
+    # A softmax over wide rows whose sum keeps its own pass (above: rows of 1- and 2-byte elements) computes the
+    # sum's exp with the fast exp (ex2.approx: 2 instructions instead of libdevice's expf); the output pass
+    # computes the quotient's exact exp again in any case (kernel_builder._online_softmax_sums).
+    "wide_fast_exp_sums": True,
     # A bf16 tanh-GELU's tail with tanh's exp form and an exact fallback near bf16 rounding midpoints
     # (codegen/gelu_tanh_bf16.py): 15% fewer instructions on the fast path, exact (GPU tests), but on the H100,
     # where the kernel is memory-bound, 2-4% slower in two ab_trees.py rounds (-ab-gelu-tail-h100*.json: 46
