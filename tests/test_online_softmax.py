@@ -142,11 +142,16 @@ def test_wide_softmax_of_a_non_contiguous_input(layout):
     assert_same(out, e / e.sum(1, keepdim=True), atol=1e-5, rtol=1.3e-6)
 
 
+_FAST_EXP = "_exp_ftz(" if DEVICE.type == "cuda" else "tl.exp("  # (the interpreter runs no PTX)
+
+
 @pytest.mark.parametrize("cols", [COLS, 32768], ids=["masked tail", "whole steps"])
 def test_a_sum_in_a_pass_of_its_own_adds_the_fast_exp_and_equals_eager(monkeypatch, cols):
-    """Rows of 2-byte elements keep three passes by default; their sum's pass adds the fast exp of x - max (the
-    prelude's _exp_ftz on the GPU, tl.exp in the interpreter), the output pass the exact one."""
+    """Rows of 2-byte elements keep three passes by default; with TUNING["wide_fast_exp_sums"] their sum's pass
+    adds the fast exp of x - max (the prelude's _exp_ftz on the GPU, tl.exp in the interpreter), the output pass
+    the exact one."""
     monkeypatch.setitem(plan.TUNING, "wide_online_softmax_min_itemsize", 4)
+    monkeypatch.setitem(plan.TUNING, "wide_fast_exp_sums", True)
     x = _rows(torch.bfloat16, cols)
     with FusionDefinition() as fd:
         _softmax(fd, x, out_dtype=DataType.BFloat16)
@@ -154,18 +159,31 @@ def test_a_sum_in_a_pass_of_its_own_adds_the_fast_exp_and_equals_eager(monkeypat
     src = _source(fd)
     passes = src.split("for c00 in range(")
     assert len(passes) == 4 and "on_m" not in src
-    fast = "_exp_ftz(" if DEVICE.type == "cuda" else "tl.exp("
-    assert fast in passes[2] and "libdevice.exp(" not in passes[2]
-    assert "libdevice.exp(" in passes[3] and fast not in passes[3]
+    assert _FAST_EXP in passes[2] and "libdevice.exp(" not in passes[2]
+    assert "libdevice.exp(" in passes[3] and _FAST_EXP not in passes[3]
     ref = torch.softmax(x.float(), dim=1).to(torch.bfloat16)
     assert out.shape == ref.shape and out.stride() == ref.stride() and out.dtype == ref.dtype
     assert torch.equal(out.isnan(), ref.isnan())
     torch.testing.assert_close(out.float(), ref.float(), equal_nan=True, atol=2 ** -14, rtol=2 ** -7)
 
 
-def test_the_fast_exp_sum_has_a_switch(monkeypatch):
+@pytest.mark.parametrize("io", [torch.float32, torch.bfloat16], ids=str)
+def test_the_online_sum_takes_the_fast_exp_with_the_switch(monkeypatch, io):
+    monkeypatch.setitem(plan.TUNING, "wide_fast_exp_sums", True)
+    x = _rows(io)
+    with FusionDefinition() as fd:
+        _softmax(fd, x, out_dtype=None if io == torch.float32 else DataType.BFloat16)
+    (out,) = fd.execute([x])
+    src = _source(fd)
+    assert "on_m" in src and f"+ {_FAST_EXP}" in src
+    ref = torch.softmax(x.float(), dim=1).to(io)
+    assert torch.equal(out.isnan(), ref.isnan())
+    tol = dict(atol=1e-5, rtol=1.3e-6) if io == torch.float32 else dict(atol=2 ** -14, rtol=2 ** -7)
+    torch.testing.assert_close(out.float(), ref.float(), equal_nan=True, **tol)
+
+
+def test_by_default_a_sum_in_a_pass_of_its_own_adds_the_exact_exp(monkeypatch):
     monkeypatch.setitem(plan.TUNING, "wide_online_softmax_min_itemsize", 4)
-    monkeypatch.setitem(plan.TUNING, "wide_fast_exp_sums", False)
     x = _rows(torch.bfloat16)
     with FusionDefinition() as fd:
         _softmax(fd, x, out_dtype=DataType.BFloat16)

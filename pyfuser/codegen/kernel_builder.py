@@ -120,8 +120,8 @@ def _cummin_combine(a, b):
 @triton.jit
 def _exp_ftz(x):
     # exp(x) as ex2.approx.ftz(x * log2(e)): two instructions, where tl.exp's form without .ftz takes five (it
-    # scales subnormal inputs and results). Only for the terms of a softmax's row sum (Emitter.fast_exp_sums,
-    # Emitter._online_step): each term is at most 1 and the row's sum at least 1, so a subnormal term flushed
+    # scales subnormal inputs and results). Only for the terms of a softmax's row sum (Emitter.sum_exp: the
+    # online sum, a sum's own pass): each term is at most 1 and the row's sum at least 1, so a subnormal term flushed
     # to 0, or a subnormal input flushed to 0 (exp 1, which the exact exp rounds to as well), changes nothing
     # the sum keeps. NaN stays NaN, -inf gives 0. The interpreter has no PTX: it uses tl.exp.
     return tl.inline_asm_elementwise(
@@ -551,18 +551,14 @@ def _expr(v: KValue) -> str:
     return v.var
 
 
-def _fast_exp() -> str:
-    """The exp of a softmax sum's terms (see _exp_ftz in the prelude; the interpreter runs no PTX)."""
-    return "tl.exp" if interpreting() else "_exp_ftz"
-
-
 class Emitter:
     """Writes the kernel source for a KernelBuilder and a row/column index structure."""
 
     def __init__(self, kb: KernelBuilder, params: list[TensorParam], n_row_dims: int, n_col_dims: int,
                  mode: str, index64: bool, n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0,
                  split_interior: int = 0, full_col_tiles: bool = False, online: Optional[dict] = None,
-                 welford: Optional[dict] = None, fast_exp_sums: frozenset = frozenset()):
+                 welford: Optional[dict] = None, fast_exp_sums: frozenset = frozenset(),
+                 sum_exp: str = "tl.exp"):
         assert mode in ("pointwise", "persistent", "looped")
         assert not split_interior or mode == "pointwise"
         assert not full_col_tiles or not (split_interior or row_tiles)
@@ -600,8 +596,10 @@ class Emitter:
         # column tiles: see _welford_moments): that sum's uid -> (the mean, the sum of squares).
         self.welford = welford or {}
         # A softmax's row sum of exp(x - max) in a pass of its own (wide rows whose sum is not online): the sums'
-        # uids, whose pass adds the fast exp (see _online_softmax_sums: the same sums).
+        # uids, whose pass adds sum_exp's exp (see _online_softmax_sums: the same sums).
         self.fast_exp_sums = fast_exp_sums
+        # The exp of those sums' terms and of the online sums' (tl.exp, or the prelude's _exp_ftz on the GPU).
+        self.sum_exp = sum_exp
         self._load_policy = ""  # eviction policy of row loads in the pass being written (wide kernels)
         self.n_row_dims, self.n_col_dims = n_row_dims, n_col_dims
         self.mode, self.index64 = mode, index64
@@ -883,7 +881,7 @@ class Emitter:
                     if v.uid in self.fast_exp_sums:  # exp(x - max), the exact exp left to the output pass
                         (shifted,) = x.operands
                         self.emit_node(shifted, scope, f"rmask & cmask{self.sfx}")
-                        src = f"{_fast_exp()}({self._n(shifted)})"
+                        src = f"{self.sum_exp}({self._n(shifted)})"
                     else:
                         self.emit_node(x, scope, f"rmask & cmask{self.sfx}")
                         src = self._n(x) if x.full else f"tl.broadcast_to({self._n(x)}, [BLOCK_R, {self.bc}])"
@@ -931,13 +929,13 @@ class Emitter:
         """One tile of a softmax's max and sum in one pass: the tile's row max moves the running max; the sum so
         far is rescaled to it (each row's shift is the max, or 0 while the max is -inf: exp(-inf - 0) = 0) and the
         tile's exp(x - shift) added. ``x``: the tile's values, -inf in masked lanes (exp(-inf - shift) is 0, or
-        NaN where the shift is: a row holding a NaN, whose outputs are NaN whatever its sum). The exp is the fast one
-        (_exp_ftz on the GPU): the sum is a reduction, whose rounding already differs from eager's with its
+        NaN where the shift is: a row holding a NaN, whose outputs are NaN whatever its sum). The exp is a fast one
+        (``sum_exp``: tl.exp's ex2.approx, or _exp_ftz): the sum is a reduction, whose rounding already differs from eager's with its
         order, and only ever divides the exactly recomputed exp(x - max) (see _online_softmax_sums)."""
         u = total.uid
         self.w(f"on_m{u} = _max_canonical_nan(on_m{u}, tl.reduce({x}, 1, _max_canonical_nan, keep_dims=True))")
         self.w(f"on_sn{u} = tl.where(on_m{u} == float(\"-inf\"), 0.0, on_m{u})")
-        self.w(f"acc{u} = acc{u} * tl.exp(on_s{u} - on_sn{u}) + {_fast_exp()}({x} - on_sn{u})")
+        self.w(f"acc{u} = acc{u} * tl.exp(on_s{u} - on_sn{u}) + {self.sum_exp}({x} - on_sn{u})")
         self.w(f"on_s{u} = on_sn{u}")
 
     def _welford_init(self, total: KValue) -> None:
@@ -1233,12 +1231,13 @@ def _canonical_bf16_nans(kb: KernelBuilder) -> None:
 def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, mode, index64,
                   n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0, lanes_per_thread: int = 1,
                   split_interior: int = 0, full_col_tiles: bool = False, online_softmax: bool = True,
-                  gelu_tail: bool = True, welford: bool = True, fast_exp_sums: bool = True) -> str:
+                  gelu_tail: bool = True, welford: bool = True, fast_exp_sums: bool = False) -> str:
     """``lanes_per_thread``: elements of a [BLOCK_R, BLOCK_C] tile each thread holds (1 where unknown).
     ``split_interior``, ``full_col_tiles``: see Emitter. ``online_softmax``: wide rows accumulate a softmax's sum
     in its max's pass (_online_softmax_sums). ``gelu_tail``: _bf16_tanh_gelu_tails. ``welford``: wide rows of
     whole tiles accumulate a variance's squared deviations in its mean's pass (_welford_moments).
-    ``fast_exp_sums``: wide rows whose softmax sum keeps a pass of its own sum the fast exp there."""
+    ``fast_exp_sums``: the terms of wide rows' softmax sums take _exp_ftz (two instructions), online, or in the
+    sum's own pass where that sum is not online (where it adds libdevice's exp otherwise)."""
     _mark_arithmetic_min_max(kb)
     if lanes_per_thread % 4 == 0 and not interpreting():
         _bf16_row_divisions(kb)
@@ -1249,8 +1248,9 @@ def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, 
     sums = _online_softmax_sums(kb) if wide else {}
     online = sums if online_softmax else None
     fast = frozenset(sums) if sums and not online_softmax and fast_exp_sums else frozenset()
+    sum_exp = "_exp_ftz" if fast_exp_sums and not interpreting() else "tl.exp"  # (the interpreter runs no PTX)
     moments = _welford_moments(kb) if wide and full_col_tiles and welford else None
     body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64, n_cols_factor, row_tiles, wide,
-                   split_interior, full_col_tiles, online, moments, fast).source(name)
+                   split_interior, full_col_tiles, online, moments, fast, sum_exp).source(name)
     header = "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n"
     return header + PRELUDE + "\n\n" + body

@@ -623,10 +623,13 @@ TUNING = {
     # (benchmarks/results/2026-12-06-ab-online-fp32-h100*.json, -ab-gelu-tail-h100*.json): [1024, 65536] fp32
     # 77.3 -> 81.1-81.3% of copy, bf16 65.2-65.6 -> 62.0% (bf16 rows keep three passes). Not run on the H200.
     "wide_online_softmax_min_itemsize": 4,
-    # A softmax over wide rows whose sum keeps its own pass (above: rows of 1- and 2-byte elements) computes the
-    # sum's exp with the fast exp (ex2.approx: 2 instructions instead of libdevice's expf); the output pass
-    # computes the quotient's exact exp again in any case (kernel_builder._online_softmax_sums).
-    "wide_fast_exp_sums": True,
+    # The terms of a softmax's sum over wide rows take the prelude's _exp_ftz (ex2.approx.ftz: 2 SASS instructions,
+    # tl.exp 5, libdevice's expf about 8): in the online sum, and in the sum's own pass where it is not online
+    # (rows of 1- and 2-byte elements, which add libdevice's exp there otherwise; the output pass computes the
+    # quotient's exact exp again in any case). sass_census.py, softmax [1024, 65536]: bf16 1734 -> 1538
+    # instructions, fp32 1488 -> 1393, registers unchanged. Off until timed on a GPU (no device time was left in
+    # the session that wrote it; its GPU test, tests/test_online_softmax.py, has not run either).
+    "wide_fast_exp_sums": False,
     # A bf16 tanh-GELU's tail with tanh's exp form and an exact fallback near bf16 rounding midpoints
     # (codegen/gelu_tanh_bf16.py): 15% fewer instructions on the fast path, exact (GPU tests), but on the H100,
     # where the kernel is memory-bound, 2-4% slower in two ab_trees.py rounds (-ab-gelu-tail-h100*.json: 46
