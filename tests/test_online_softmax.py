@@ -228,3 +228,20 @@ def test_the_fast_exp_of_every_non_positive_fp32_is_within_2_to_the_minus_21_of_
     assert float(fast[0]) == 0.0
     print(f"max |_exp_ftz - expf| over x <= 0: {worst!r}")
     assert worst <= 2 ** -21
+
+
+@pytest.mark.parametrize("io", [torch.float32, torch.bfloat16], ids=str)
+def test_the_fast_exp_sums_compile_for_sm90(monkeypatch, io):
+    """As the GPU plans them (the prelude's _exp_ftz, an inline PTX block): the online sum of fp32 rows and the
+    own-pass sum of bf16 rows compile for sm_90 with ex2.approx.ftz."""
+    from sm90 import compile_ptx, gpu_plans, kernel_spec
+
+    monkeypatch.setitem(plan.TUNING, "wide_online_softmax_min_itemsize", 4)
+    monkeypatch.setitem(plan.TUNING, "wide_fast_exp_sums", True)
+    x = torch.randn(4, 32768, dtype=io)
+    with FusionDefinition() as fd:
+        _softmax(fd, x, out_dtype=None if io == torch.float32 else DataType.BFloat16)
+    (p,) = gpu_plans(monkeypatch, fd, [x])
+    assert "_exp_ftz(" in p.source.split("def pf_")[1]
+    (ptx,) = compile_ptx([kernel_spec(p, specialized=True)])
+    assert "ex2.approx.ftz.f32" in ptx

@@ -146,3 +146,20 @@ def test_wide_layernorm_of_a_non_contiguous_input(layout):
     else:
         x = _rows(torch.float32).t().contiguous().t()
     assert "wf_m" in _layernorm_source(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_the_gpu_form_compiles_for_sm90(monkeypatch, dtype):
+    """As the GPU plans it (moments in the input's own dtype, not the interpreter's Double), for fp32 and fp64
+    rows: the Welford lanes and the per-tile reciprocal (tl.fdiv) compile for sm_90."""
+    from sm90 import compile_ptx, gpu_plans, kernel_spec
+
+    x = torch.randn(4, COLS, dtype=dtype)
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        var, mean = fd.ops.var_mean(t, dims=[1], correction=0, keepdim=True)
+        fd.add_output(fd.ops.mul(fd.ops.sub(t, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5))))
+    (p,) = gpu_plans(monkeypatch, fd, [x])
+    assert "wf_m" in p.source
+    (ptx,) = compile_ptx([kernel_spec(p, specialized=True)])
+    assert ptx
