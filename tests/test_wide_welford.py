@@ -17,9 +17,13 @@ from harness import DEVICE
 COLS = 32768  # > plan.TUNING["wide_min_cols"], and a whole number of steps of 4 tiles of 8192
 
 
-@pytest.fixture(autouse=True)
-def welford_for_every_element_size(monkeypatch):
+@pytest.fixture(autouse=True, params=[False, True], ids=["lanes of one column", "lanes of one vector"])
+def welford_for_every_element_size(monkeypatch, request):
+    """Every test in both forms of the lanes (plan.TUNING["wide_welford_grouped"]), the grouped one in tiles of
+    4096 (wide_welford_block_c)."""
     monkeypatch.setitem(plan.TUNING, "wide_welford_min_itemsize", 1)
+    monkeypatch.setitem(plan.TUNING, "wide_welford_grouped", request.param)
+    monkeypatch.setitem(plan.TUNING, "wide_welford_block_c", 4096 if request.param else 0)
 
 
 def _rows(dtype, cols=COLS):
@@ -91,6 +95,7 @@ def test_wide_layernorm_takes_two_passes_and_equals_eager(io):
     src = _layernorm_source(_rows(io))
     assert "pf_looped" in src and "wf_m" in src
     assert src.count("for c00 in range(") == 2  # the moments' pass, the output pass
+    assert ("tl.reshape(" in src) == plan.TUNING["wide_welford_grouped"]  # lanes of one vector: in-thread sums
 
 
 def test_rows_wide_only_for_their_row_inputs_keep_the_two_pass_moments():

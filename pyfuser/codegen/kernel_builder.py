@@ -121,9 +121,9 @@ def _cummin_combine(a, b):
 def _exp_ftz(x):
     # exp(x) as ex2.approx.ftz(x * log2(e)): two instructions, where tl.exp's form without .ftz takes five (it
     # scales subnormal inputs and results). Only for the terms of a softmax's row sum (Emitter.sum_exp: the
-    # online sum, a sum's own pass): each term is at most 1 and the row's sum at least 1, so a subnormal term flushed
-    # to 0, or a subnormal input flushed to 0 (exp 1, which the exact exp rounds to as well), changes nothing
-    # the sum keeps. NaN stays NaN, -inf gives 0. The interpreter has no PTX: it uses tl.exp.
+    # online sum, a sum's own pass): each term is at most 1 and the row's sum at least 1, so a subnormal term
+    # flushed to 0, or a subnormal input flushed to 0 (exp 1, which the exact exp rounds to as well), changes
+    # nothing the sum keeps. NaN stays NaN, -inf gives 0. The interpreter has no PTX: it uses tl.exp.
     return tl.inline_asm_elementwise(
         "{ .reg .f32 t; mul.rn.f32 t, $1, 0f3FB8AA3B; ex2.approx.ftz.f32 $0, t; }",
         "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
@@ -558,7 +558,7 @@ class Emitter:
                  mode: str, index64: bool, n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0,
                  split_interior: int = 0, full_col_tiles: bool = False, online: Optional[dict] = None,
                  welford: Optional[dict] = None, fast_exp_sums: frozenset = frozenset(),
-                 sum_exp: str = "tl.exp"):
+                 sum_exp: str = "tl.exp", welford_group: int = 0):
         assert mode in ("pointwise", "persistent", "looped")
         assert not split_interior or mode == "pointwise"
         assert not full_col_tiles or not (split_interior or row_tiles)
@@ -595,6 +595,8 @@ class Emitter:
         # A variance's sum of squared deviations accumulated in the pass of the mean's sum (wide rows with whole
         # column tiles: see _welford_moments): that sum's uid -> (the mean, the sum of squares).
         self.welford = welford or {}
+        # Columns per Welford lane (0: one; see _welford_init).
+        self.welford_group = welford_group
         # A softmax's row sum of exp(x - max) in a pass of its own (wide rows whose sum is not online): the sums'
         # uids, whose pass adds sum_exp's exp (see _online_softmax_sums: the same sums).
         self.fast_exp_sums = fast_exp_sums
@@ -871,10 +873,11 @@ class Emitter:
                 if v.uid in online:
                     self._online_init(online[v.uid])
                     continue
-                ident = identity_literal(v.reduction, v.dtype)
-                self.w(f"acc{v.uid} = tl.full([BLOCK_R, BLOCK_C], {ident}, {TL_DTYPE[v.dtype]})")
                 if v.uid in self.welford:
                     self._welford_init(v)
+                    continue
+                ident = identity_literal(v.reduction, v.dtype)
+                self.w(f"acc{v.uid} = tl.full([BLOCK_R, BLOCK_C], {ident}, {TL_DTYPE[v.dtype]})")
             for scope, masked in self._column_tiles(top, tiles):
                 for v in these:
                     x = v.operands[0]
@@ -890,9 +893,10 @@ class Emitter:
                     if v.uid in online:
                         self._online_step(online[v.uid], src)
                         continue
-                    self.w(f"acc{v.uid} = {REDUCTIONS[v.reduction][1].format(a=f'acc{v.uid}', b=src)}")
                     if v.uid in self.welford:
                         self._welford_step(v, src)
+                        continue
+                    self.w(f"acc{v.uid} = {REDUCTIONS[v.reduction][1].format(a=f'acc{v.uid}', b=src)}")
             for v in these:
                 if v.uid in online:
                     total = online[v.uid]
@@ -929,9 +933,10 @@ class Emitter:
         """One tile of a softmax's max and sum in one pass: the tile's row max moves the running max; the sum so
         far is rescaled to it (each row's shift is the max, or 0 while the max is -inf: exp(-inf - 0) = 0) and the
         tile's exp(x - shift) added. ``x``: the tile's values, -inf in masked lanes (exp(-inf - shift) is 0, or
-        NaN where the shift is: a row holding a NaN, whose outputs are NaN whatever its sum). The exp is a fast one
-        (``sum_exp``: tl.exp's ex2.approx, or _exp_ftz): the sum is a reduction, whose rounding already differs from eager's with its
-        order, and only ever divides the exactly recomputed exp(x - max) (see _online_softmax_sums)."""
+        NaN where the shift is: a row holding a NaN, whose outputs are NaN whatever its sum). The exp is a fast
+        one (``sum_exp``: tl.exp's ex2.approx, or _exp_ftz): the sum is a reduction, whose rounding already differs
+        from eager's with its order, and only ever divides the exactly recomputed exp(x - max) (see
+        _online_softmax_sums)."""
         u = total.uid
         self.w(f"on_m{u} = _max_canonical_nan(on_m{u}, tl.reduce({x}, 1, _max_canonical_nan, keep_dims=True))")
         self.w(f"on_sn{u} = tl.where(on_m{u} == float(\"-inf\"), 0.0, on_m{u})")
@@ -939,20 +944,39 @@ class Emitter:
         self.w(f"on_s{u} = on_sn{u}")
 
     def _welford_init(self, total: KValue) -> None:
-        """Each lane's running mean and sum of squared deviations from it (Welford), beside ``total``, the sum."""
-        u, dt = total.uid, TL_DTYPE[total.dtype]
-        self.w(f"wf_m{u} = tl.zeros([BLOCK_R, BLOCK_C], {dt})")
-        self.w(f"wf_q{u} = tl.zeros([BLOCK_R, BLOCK_C], {dt})")
+        """``total``'s (the row sum's) accumulator and, beside it, each lane's running mean and sum of squared
+        deviations from it (Welford). With ``welford_group`` G a lane is G adjacent columns of the tile (one
+        thread's elements: a G-wide sum stays in its registers), and the three accumulators G times narrower."""
+        u, dt, g = total.uid, TL_DTYPE[total.dtype], self.welford_group
+        width = f"BLOCK_C // {g}" if g else "BLOCK_C"
+        for name in (f"acc{u}", f"wf_m{u}", f"wf_q{u}"):
+            self.w(f"{name} = tl.zeros([BLOCK_R, {width}], {dt})")
 
     def _welford_step(self, total: KValue, x: str) -> None:
-        """Welford's update of every lane by the tile's element ``x``. All tiles are whole (full_col_tiles), so
-        every lane has seen the same number of elements, the tile's index plus one, and the update divides by a
-        per-program scalar (its fast reciprocal: the mean it keeps only centres the squares)."""
-        u, dt = total.uid, TL_DTYPE[total.dtype]
-        self.w(f"wf_r{u} = tl.fdiv(tl.full([], 1.0, {dt}), (c0 // BLOCK_C + 1).to({dt}))")
-        self.w(f"wf_d{u} = {x} - wf_m{u}")
+        """The row sum's and Welford's update of every lane by the tile ``x``. All tiles are whole
+        (full_col_tiles), so every lane has seen the same number of elements, and the update divides by a
+        per-program scalar: the tile's index plus one (its fast reciprocal: the mean it keeps only centres the
+        squares). A lane of G columns merges the G elements' own mean and squared deviations (Chan's formula for
+        counts G k and G: the mean moves by 1 / (k + 1) of the difference, the squares gain its square times
+        G k / (k + 1))."""
+        u, dt, g = total.uid, TL_DTYPE[total.dtype], self.welford_group
+        self.w(f"wf_k{u} = (c0 // BLOCK_C).to({dt})")
+        self.w(f"wf_r{u} = tl.fdiv(tl.full([], 1.0, {dt}), wf_k{u} + 1.0)")
+        if not g:
+            self.w(f"acc{u} = acc{u} + {x}")
+            self.w(f"wf_d{u} = {x} - wf_m{u}")
+            self.w(f"wf_m{u} = wf_m{u} + wf_d{u} * wf_r{u}")
+            self.w(f"wf_q{u} = wf_q{u} + wf_d{u} * ({x} - wf_m{u})")
+            return
+        self.w(f"wf_g{u} = tl.reshape({x}, [BLOCK_R, BLOCK_C // {g}, {g}])")
+        self.w(f"wf_s{u} = tl.sum(wf_g{u}, axis=2)")
+        self.w(f"acc{u} = acc{u} + wf_s{u}")
+        self.w(f"wf_gm{u} = wf_s{u} * {1.0 / g!r}")  # (G a power of two: exact)
+        self.w(f"wf_gd{u} = wf_g{u} - wf_gm{u}[:, :, None]")
+        self.w(f"wf_d{u} = wf_gm{u} - wf_m{u}")
         self.w(f"wf_m{u} = wf_m{u} + wf_d{u} * wf_r{u}")
-        self.w(f"wf_q{u} = wf_q{u} + wf_d{u} * ({x} - wf_m{u})")
+        self.w(f"wf_q{u} = wf_q{u} + tl.sum(wf_gd{u} * wf_gd{u}, axis=2) + (wf_d{u} * wf_d{u}) * "
+               f"({float(g)!r} * wf_k{u} * wf_r{u})")
 
     def _welford_finish(self, total: KValue, top: _Scope) -> None:
         """The row's sum of squared deviations from its mean (computed from the exact sum, as before): the lanes'
@@ -961,7 +985,7 @@ class Emitter:
         u = total.uid
         mean, m2 = self.welford[u]
         self._emit_row_deps(mean, top)
-        self.w(f"wf_n{u} = (n_cols // BLOCK_C).to({TL_DTYPE[total.dtype]})")
+        self.w(f"wf_n{u} = (n_cols // BLOCK_C * {max(self.welford_group, 1)}).to({TL_DTYPE[total.dtype]})")
         self.w(f"wf_e{u} = wf_m{u} - {self._n(mean)}")
         self.w(f"{self._n(m2)} = tl.sum(wf_q{u} + wf_n{u} * (wf_e{u} * wf_e{u}), axis=1, keep_dims=True)")
         top.emitted.add(m2.uid)
@@ -1047,9 +1071,10 @@ def _online_softmax_sums(kb: KernelBuilder) -> dict:
     or the bf16 row division with its reciprocal) and is not stored: sum uid -> the max. A looped kernel over
     wide rows accumulates such a sum in its max's pass, relative to a running max (``Emitter._online_step``):
     one pass over the row fewer; or, where that is off, in a pass of its own with the fast exp, since the
-    output pass computes the quotient's exact exp again anyway (``Emitter.fast_exp_sums``). Its value is only a reduction's (its rounding differs from eager's with the
-    order, as every sum's does), and where it differs otherwise (0 for a row of -inf, which eager sums to NaN)
-    the exp it divides is NaN, so the quotient is eager's either way."""
+    output pass computes the quotient's exact exp again anyway (``Emitter.fast_exp_sums``). Its value is only a
+    reduction's (its rounding differs from eager's with the order, as every sum's does), and where it differs
+    otherwise (0 for a row of -inf, which eager sums to NaN) the exp it divides is NaN, so the quotient is
+    eager's either way."""
     readers, stored = _readers_and_stored(kb)
     found: dict = {}
     for s in kb.nodes:
@@ -1107,6 +1132,12 @@ def _welford_moments(kb: KernelBuilder) -> dict:
             continue
         found[s.uid] = (mean, m2)
     return found
+
+
+def has_welford_moments(kb: KernelBuilder) -> bool:
+    """Whether a variance of ``kb`` could take its moments in one pass (_welford_moments): the plan picks such a
+    kernel's tiles (plan.TUNING["wide_welford_block_c"])."""
+    return bool(_welford_moments(kb))
 
 
 def _bf16_row_divisions(kb: KernelBuilder) -> None:
@@ -1231,11 +1262,13 @@ def _canonical_bf16_nans(kb: KernelBuilder) -> None:
 def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, mode, index64,
                   n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0, lanes_per_thread: int = 1,
                   split_interior: int = 0, full_col_tiles: bool = False, online_softmax: bool = True,
-                  gelu_tail: bool = True, welford: bool = True, fast_exp_sums: bool = False) -> str:
+                  gelu_tail: bool = True, welford: bool = True, fast_exp_sums: bool = False,
+                  welford_group: int = 0) -> str:
     """``lanes_per_thread``: elements of a [BLOCK_R, BLOCK_C] tile each thread holds (1 where unknown).
     ``split_interior``, ``full_col_tiles``: see Emitter. ``online_softmax``: wide rows accumulate a softmax's sum
     in its max's pass (_online_softmax_sums). ``gelu_tail``: _bf16_tanh_gelu_tails. ``welford``: wide rows of
-    whole tiles accumulate a variance's squared deviations in its mean's pass (_welford_moments).
+    whole tiles accumulate a variance's squared deviations in its mean's pass (_welford_moments), in lanes of
+    ``welford_group`` columns (0: one).
     ``fast_exp_sums``: the terms of wide rows' softmax sums take _exp_ftz (two instructions), online, or in the
     sum's own pass where that sum is not online (where it adds libdevice's exp otherwise)."""
     _mark_arithmetic_min_max(kb)
@@ -1251,6 +1284,6 @@ def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, 
     sum_exp = "_exp_ftz" if fast_exp_sums and not interpreting() else "tl.exp"  # (the interpreter runs no PTX)
     moments = _welford_moments(kb) if wide and full_col_tiles and welford else None
     body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64, n_cols_factor, row_tiles, wide,
-                   split_interior, full_col_tiles, online, moments, fast, sum_exp).source(name)
+                   split_interior, full_col_tiles, online, moments, fast, sum_exp, welford_group).source(name)
     header = "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n"
     return header + PRELUDE + "\n\n" + body

@@ -21,7 +21,7 @@ import torch
 from ..ir.dtypes import to_torch_dtype
 from ..ir.nodes import Scalar, TensorView, Vector
 from ..ops.registry import OpKind
-from .kernel_builder import KernelBuilder, TensorParam, kernel_source
+from .kernel_builder import KernelBuilder, TensorParam, has_welford_moments, kernel_source
 from .launcher import next_pow2
 from ..segment.loop_domain import LoopDomain, NotFusable, build_loop_domain, column_dims, memory_operands
 
@@ -310,6 +310,12 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
     n_cols_factor = _aligned_factor(n_cols, 1)
     # (the element size of the row-sized tensors the kernel reads: what a wide kernel's later passes re-read)
     row_in_itemsize = min((p.dtype.itemsize for p in params if p.has_col and not p.is_output), default=itemsize)
+    # A variance's moments in one pass (kernel_builder._welford_moments), in lanes of one vector of the row input
+    welford = (wide is not None and n_cols > TUNING["wide_min_cols"]
+               and row_in_itemsize >= TUNING["wide_welford_min_itemsize"] and has_welford_moments(kb))
+    welford_group = max(16 // row_in_itemsize, 1) if welford and TUNING["wide_welford_grouped"] else 0
+    if welford and TUNING["wide_welford_block_c"]:
+        wide = (min(TUNING["wide_welford_block_c"], next_pow2(n_cols)),) + wide[1:]
     # Rows whose width is no multiple of every column tensor's 16-byte vector (Emitter.split_interior).
     min_itemsize = min((p.dtype.itemsize for p in params if p.has_col), default=16)
     ragged = (mode == "pointwise" and len(col_runs) == 1 and n_cols_factor * min_itemsize < 16 and not embedded
@@ -341,8 +347,7 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
                                 full_col_tiles,
                                 online_softmax=row_in_itemsize >= TUNING["wide_online_softmax_min_itemsize"],
                                 gelu_tail=TUNING["bf16_gelu_tail"], fast_exp_sums=TUNING["wide_fast_exp_sums"],
-                                welford=(n_cols > TUNING["wide_min_cols"]
-                                         and row_in_itemsize >= TUNING["wide_welford_min_itemsize"]))
+                                welford=welford, welford_group=welford_group)
     name = "pf_" + mode + "_" + hashlib.sha1(source_body.encode()).hexdigest()[:12]
     source = source_body.replace("def KERNEL(", f"def {name}(")
     n_blocks_r = -(-n_rows // block_r)
@@ -644,6 +649,14 @@ TUNING = {
     # take the kernel from 32 registers to 52-60 and one program per SM instead of two (narrower tiles or more
     # of them in flight: at best 0.098 and 0.163 ms).
     "wide_welford_min_itemsize": 4,
+    # Welford lanes of one 16-byte vector of the row input (8 bf16 or 4 fp32 columns, one thread's, summed and
+    # centred in its registers, then merged into lanes that many times narrower), and the tile width of such
+    # kernels (0: wide_block_c): the lane accumulators that cost the kernel its second program per SM shrink.
+    # sass_census.py, LayerNorm [1024, 65536] with Welford, registers: bf16 52 -> 43 grouped, 45 -> 32 grouped in
+    # tiles of 4096 (the form without Welford: 32 and 8 bytes of stack); fp32 60 -> 56, 32 in tiles of 4096. Not
+    # timed yet (no device time was left in the session that wrote it): off keeps the form measured above.
+    "wide_welford_grouped": False,
+    "wide_welford_block_c": 0,
 }
 
 
