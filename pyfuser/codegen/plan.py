@@ -314,8 +314,9 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
     welford = (wide is not None and n_cols > TUNING["wide_min_cols"]
                and row_in_itemsize >= TUNING["wide_welford_min_itemsize"] and has_welford_moments(kb))
     welford_group = max(16 // row_in_itemsize, 1) if welford and TUNING["wide_welford_grouped"] else 0
-    if welford and TUNING["wide_welford_block_c"]:
-        wide = (min(TUNING["wide_welford_block_c"], next_pow2(n_cols)),) + wide[1:]
+    welford_block_c = min(TUNING["wide_welford_block_c"], next_pow2(n_cols))
+    if welford and welford_block_c and n_cols % (welford_block_c * wide[1]) == 0:  # (Welford wants whole tiles)
+        wide = (welford_block_c,) + wide[1:]
     # Rows whose width is no multiple of every column tensor's 16-byte vector (Emitter.split_interior).
     min_itemsize = min((p.dtype.itemsize for p in params if p.has_col), default=16)
     ragged = (mode == "pointwise" and len(col_runs) == 1 and n_cols_factor * min_itemsize < 16 and not embedded
