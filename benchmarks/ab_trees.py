@@ -6,7 +6,7 @@ Run on the GPU machine:  python benchmarks/ab_trees.py --base OTHER_TREE [--case
 OTHER_TREE is a checkout of another commit (``git worktree add`` or ``git archive REV | tar -x``). Each round
 times every selected case of bench_fusions.py in the other tree and in this one, each tree in a subprocess of
 its own (each imports its own pyfuser), alternating, so that drift of the machine shows as round-to-round
-differences. Cases are checked against eager before they are timed. Prints and writes (DIR/<date>-ab<tag>.json)
+differences. Cases are checked against eager before they are timed. Prints and writes (DIR/<date>-ab-<tag>.json)
 % of copy bandwidth per case and tree, and the ratio of the two times (base over this tree: above 1, this tree
 is faster).
 """
@@ -67,7 +67,8 @@ def main() -> None:
     ap.add_argument("--dtypes", default="bf16")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
-    ap.add_argument("--tag", default="")
+    ap.add_argument("--tag", default="", help="suffix of the result file's name, after a dash (--tag h200: "
+                                              "<date>-ab-h200.json)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
@@ -85,7 +86,9 @@ def main() -> None:
                   f"{t['pct_copy_bw']:5.1f}%  base/this time {b['ms'] / t['ms']:.3f}", flush=True)
         rounds.append([{"case": k[0], "shape": list(k[1]), "base": base[k], "this": this[k]} for k in this])
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"{datetime.date.today().isoformat()}-ab{args.tag}.json")
+    # (the suffix as bench_fusions.result_suffix makes it: this process imports neither tree's modules)
+    suffix = "-" + args.tag.lstrip("-") if args.tag else ""
+    path = os.path.join(args.out, f"{datetime.date.today().isoformat()}-ab{suffix}.json")
     with open(path, "w") as f:
         json.dump({"base": os.path.abspath(args.base), "cases": args.cases, "rounds": rounds}, f, indent=1)
     print("wrote", path)

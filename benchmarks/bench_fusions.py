@@ -166,6 +166,12 @@ def make_cases(rows, cols, dev, dtype=torch.bfloat16):
 # measurement
 
 
+def result_suffix(tag: str) -> str:
+    """A result file's name suffix from a script's --tag: the tag after one dash (``--tag=-x``, the old spelling,
+    gives the same as ``--tag x``)."""
+    return "-" + tag.lstrip("-") if tag else ""
+
+
 def nbytes(ts):
     out = 0
     for t in ts:
@@ -406,7 +412,7 @@ def report(out_dir, copy_bw, rows, overhead, counts, tag="", flushes=()):
         "triton": triton.__version__,
         "copy_GBs": copy_bw,
     }
-    with open(os.path.join(out_dir, f"{day}-fusions{tag and '-' + tag}.json"), "w") as f:
+    with open(os.path.join(out_dir, f"{day}-fusions{result_suffix(tag)}.json"), "w") as f:
         json.dump({"meta": meta, "cases": rows, "host_overhead_us": overhead, "segment_counts": counts,
                    "flush_study": list(flushes)}, f, indent=1)
     met, of = targets_met(rows, "pct_copy_bw")
@@ -442,7 +448,7 @@ def report(out_dir, copy_bw, rows, overhead, counts, tag="", flushes=()):
     lines += ["", "Segments per fusion:", ""]
     for k, v in counts.items():
         lines += [f"- {k}: {v}"] if not isinstance(v, list) else [f"- {k}:"] + [f"  - {x}" for x in v]
-    with open(os.path.join(out_dir, f"{day}-fusions{tag and '-' + tag}.md"), "w") as f:
+    with open(os.path.join(out_dir, f"{day}-fusions{result_suffix(tag)}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
 

@@ -3,11 +3,11 @@
 Run on the GPU machine:
     python benchmarks/sweep_tuning.py                       the default grid below; prints the best per case
     python benchmarks/sweep_tuning.py --cases layernorm --shapes 1024x65536 --dtypes bf16,fp32 \
-        --configs '[{}, {"wide_welford_min_itemsize": 99}, {"wide_block_c": 4096}]' --rounds 3 --out DIR --tag x
+        --configs '[{}, {"wide_welford_min_itemsize": 99}, {"wide_block_c": 4096}]' --rounds 3 --out DIR --tag h200
 Each configuration builds fresh fusions (new plans, new kernels), checks them against eager and times them with
 triton.testing.do_bench. With --configs, each round times every configuration once per case, in turn (so a
 drift of the machine's speed hits every configuration alike), and the per-configuration median over the rounds
-is printed and written to <out>/<date>-tuning<tag>.json. One JSON line per timing either way.
+is printed and written to <out>/<date>-tuning-<tag>.json. One JSON line per timing either way.
 """
 
 import argparse
@@ -115,7 +115,8 @@ def main(argv=None):
     ap.add_argument("--configs", help="a JSON list of TUNING overrides; {} is the current default")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out")
-    ap.add_argument("--tag", default="")
+    ap.add_argument("--tag", default="", help="suffix of the result file's name, after a dash (--tag h200: "
+                                              "<date>-tuning-h200.json)")
     args = ap.parse_args(argv)
     if args.configs is None:
         default_grid()
@@ -125,7 +126,8 @@ def main(argv=None):
                              json.loads(args.configs), args.rounds)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        path = os.path.join(args.out, f"{datetime.date.today().isoformat()}-tuning{args.tag}.json")
+        name = f"{datetime.date.today().isoformat()}-tuning{bf.result_suffix(args.tag)}.json"
+        path = os.path.join(args.out, name)
         with open(path, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                        "triton": triton.__version__, "rows": rows}, f, indent=1)
