@@ -145,14 +145,17 @@ def test_wide_softmax_of_a_non_contiguous_input(layout):
 _FAST_EXP = "_exp_ftz(" if DEVICE.type == "cuda" else "tl.exp("  # (the interpreter runs no PTX)
 
 
-@pytest.mark.parametrize("cols", [COLS, 32768], ids=["masked tail", "whole steps"])
-def test_a_sum_in_a_pass_of_its_own_adds_the_fast_exp_and_equals_eager(monkeypatch, cols):
+@pytest.mark.parametrize("cols,layout", [(COLS, "contiguous"), (32768, "contiguous"), (32768, "transposed")],
+                         ids=["masked tail", "whole steps", "whole steps, column-major"])
+def test_a_sum_in_a_pass_of_its_own_adds_the_fast_exp_and_equals_eager(monkeypatch, cols, layout):
     """Rows of 2-byte elements keep three passes by default; with TUNING["wide_fast_exp_sums"] their sum's pass
     adds the fast exp of x - max (the prelude's _exp_ftz on the GPU, tl.exp in the interpreter), the output pass
     the exact one."""
     monkeypatch.setitem(plan.TUNING, "wide_online_softmax_min_itemsize", 4)
     monkeypatch.setitem(plan.TUNING, "wide_fast_exp_sums", True)
     x = _rows(torch.bfloat16, cols)
+    if layout == "transposed":
+        x = x.t().contiguous().t()
     with FusionDefinition() as fd:
         _softmax(fd, x, out_dtype=DataType.BFloat16)
     (out,) = fd.execute([x])
@@ -161,7 +164,9 @@ def test_a_sum_in_a_pass_of_its_own_adds_the_fast_exp_and_equals_eager(monkeypat
     assert len(passes) == 4 and "on_m" not in src
     assert _FAST_EXP in passes[2] and "libdevice.exp(" not in passes[2]
     assert "libdevice.exp(" in passes[3] and _FAST_EXP not in passes[3]
-    ref = torch.softmax(x.float(), dim=1).to(torch.bfloat16)
+    t = x.float()  # eager op by op, which keeps the input's layout
+    e = torch.exp(t - t.amax(1, keepdim=True))
+    ref = (e / e.sum(1, keepdim=True)).to(torch.bfloat16)
     assert out.shape == ref.shape and out.stride() == ref.stride() and out.dtype == ref.dtype
     assert torch.equal(out.isnan(), ref.isnan())
     torch.testing.assert_close(out.float(), ref.float(), equal_nan=True, atol=2 ** -14, rtol=2 ** -7)
@@ -177,6 +182,7 @@ def test_the_online_sum_takes_the_fast_exp_with_the_switch(monkeypatch, io):
     src = _source(fd)
     assert "on_m" in src and f"+ {_FAST_EXP}" in src
     ref = torch.softmax(x.float(), dim=1).to(io)
+    assert out.shape == ref.shape and out.stride() == ref.stride() and out.dtype == ref.dtype
     assert torch.equal(out.isnan(), ref.isnan())
     tol = dict(atol=1e-5, rtol=1.3e-6) if io == torch.float32 else dict(atol=2 ** -14, rtol=2 ** -7)
     torch.testing.assert_close(out.float(), ref.float(), equal_nan=True, **tol)

@@ -1,7 +1,7 @@
 """A variance over rows too long for registers (a wide looped kernel) whose tiles all lie inside the row, of 4-byte
 elements (plan.TUNING["wide_welford_min_itemsize"]; the tests here lower it to 1 for bf16 rows), takes its
 sum of squared deviations in the pass of its mean's sum, by Welford's update per lane and Chan's merge of the
-lanes (``kernel_builder._welford_moments``, ``Emitter._welford_step``): a LayerNorm reads its row twice instead
+lanes (``kernel_builder.welford_moments``, ``Emitter._welford_step``): a LayerNorm reads its row twice instead
 of three times. Eager's CUDA var_mean and layer_norm compute their moments the same way; the mean is still the
 row's sum over its count. The results are compared with eager's, special rows included; rows with a masked
 last tile keep the two-pass moments.

@@ -593,7 +593,7 @@ class Emitter:
         # _online_softmax_sums): the sum's uid -> the max, whose pass then computes both.
         self.online = online or {}
         # A variance's sum of squared deviations accumulated in the pass of the mean's sum (wide rows with whole
-        # column tiles: see _welford_moments): that sum's uid -> (the mean, the sum of squares).
+        # column tiles: see welford_moments): that sum's uid -> (the mean, the sum of squares).
         self.welford = welford or {}
         # Columns per Welford lane (0: one; see _welford_init).
         self.welford_group = welford_group
@@ -1106,13 +1106,14 @@ def _online_softmax_sums(kb: KernelBuilder) -> dict:
     return found
 
 
-def _welford_moments(kb: KernelBuilder) -> dict:
+def welford_moments(kb: KernelBuilder) -> dict:
     """A variance's sum of squared deviations ``sum((x - mean) ** 2)`` with ``mean = div_rn(sum(x), n)`` (the
     two-pass moments of reduction_lowerings._lower_moments): the sum's uid -> (mean, that sum of squares). A
     looped kernel over wide rows of whole tiles accumulates it in the pass of sum(x), by Welford's update per
     lane and Chan's merge of the lanes (``Emitter._welford_step``): one pass over the row fewer (a LayerNorm's
     three become two). Eager's CUDA var_mean and layer_norm compute their moments this way, Welford's update and
-    Chan's merge, in Float; the mean itself is still div_rn(sum(x), n) (its bits unchanged)."""
+    Chan's merge, in Float; the mean itself is still div_rn(sum(x), n) (its bits unchanged). The plan calls this
+    (it picks such a kernel's tiles) and hands the result to kernel_source."""
     found: dict = {}
     for m2 in kb.nodes:
         if not (m2.kind == "reduce" and m2.reduction == "sum" and m2.dtype.is_floating_point):
@@ -1132,12 +1133,6 @@ def _welford_moments(kb: KernelBuilder) -> dict:
             continue
         found[s.uid] = (mean, m2)
     return found
-
-
-def has_welford_moments(kb: KernelBuilder) -> bool:
-    """Whether a variance of ``kb`` could take its moments in one pass (_welford_moments): the plan picks such a
-    kernel's tiles (plan.TUNING["wide_welford_block_c"])."""
-    return bool(_welford_moments(kb))
 
 
 def _bf16_row_divisions(kb: KernelBuilder) -> None:
@@ -1262,13 +1257,13 @@ def _canonical_bf16_nans(kb: KernelBuilder) -> None:
 def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, mode, index64,
                   n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0, lanes_per_thread: int = 1,
                   split_interior: int = 0, full_col_tiles: bool = False, online_softmax: bool = True,
-                  gelu_tail: bool = True, welford: bool = True, fast_exp_sums: bool = False,
+                  gelu_tail: bool = True, welford: Optional[dict] = None, fast_exp_sums: bool = False,
                   welford_group: int = 0) -> str:
     """``lanes_per_thread``: elements of a [BLOCK_R, BLOCK_C] tile each thread holds (1 where unknown).
     ``split_interior``, ``full_col_tiles``: see Emitter. ``online_softmax``: wide rows accumulate a softmax's sum
-    in its max's pass (_online_softmax_sums). ``gelu_tail``: _bf16_tanh_gelu_tails. ``welford``: wide rows of
-    whole tiles accumulate a variance's squared deviations in its mean's pass (_welford_moments), in lanes of
-    ``welford_group`` columns (0: one).
+    in its max's pass (_online_softmax_sums). ``gelu_tail``: _bf16_tanh_gelu_tails. ``welford``: the variances
+    (welford_moments' result) whose squared deviations wide rows of whole tiles accumulate in the mean's pass, in
+    lanes of ``welford_group`` columns (0: one).
     ``fast_exp_sums``: the terms of wide rows' softmax sums take _exp_ftz (two instructions), online, or in the
     sum's own pass where that sum is not online (where it adds libdevice's exp otherwise)."""
     _mark_arithmetic_min_max(kb)
@@ -1282,7 +1277,7 @@ def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, 
     online = sums if online_softmax else None
     fast = frozenset(sums) if sums and not online_softmax and fast_exp_sums else frozenset()
     sum_exp = "_exp_ftz" if fast_exp_sums and not interpreting() else "tl.exp"  # (the interpreter runs no PTX)
-    moments = _welford_moments(kb) if wide and full_col_tiles and welford else None
+    moments = welford if wide and full_col_tiles else None
     body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64, n_cols_factor, row_tiles, wide,
                    split_interior, full_col_tiles, online, moments, fast, sum_exp, welford_group).source(name)
     header = "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n"

@@ -21,7 +21,7 @@ import torch
 from ..ir.dtypes import to_torch_dtype
 from ..ir.nodes import Scalar, TensorView, Vector
 from ..ops.registry import OpKind
-from .kernel_builder import KernelBuilder, TensorParam, has_welford_moments, kernel_source
+from .kernel_builder import KernelBuilder, TensorParam, kernel_source, welford_moments
 from .launcher import next_pow2
 from ..segment.loop_domain import LoopDomain, NotFusable, build_loop_domain, column_dims, memory_operands
 
@@ -310,9 +310,9 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
     n_cols_factor = _aligned_factor(n_cols, 1)
     # (the element size of the row-sized tensors the kernel reads: what a wide kernel's later passes re-read)
     row_in_itemsize = min((p.dtype.itemsize for p in params if p.has_col and not p.is_output), default=itemsize)
-    # A variance's moments in one pass (kernel_builder._welford_moments), in lanes of one vector of the row input
-    welford = (wide is not None and n_cols > TUNING["wide_min_cols"]
-               and row_in_itemsize >= TUNING["wide_welford_min_itemsize"] and has_welford_moments(kb))
+    # A variance's moments in one pass (kernel_builder.welford_moments), in lanes of one vector of the row input
+    welford = (welford_moments(kb) if wide is not None and n_cols > TUNING["wide_min_cols"]
+               and row_in_itemsize >= TUNING["wide_welford_min_itemsize"] else {})
     welford_group = max(16 // row_in_itemsize, 1) if welford and TUNING["wide_welford_grouped"] else 0
     welford_block_c = min(TUNING["wide_welford_block_c"], next_pow2(n_cols))
     if welford and welford_block_c and n_cols % (welford_block_c * wide[1]) == 0:  # (Welford wants whole tiles)
@@ -639,11 +639,11 @@ TUNING = {
     # A bf16 tanh-GELU's tail with tanh's exp form and an exact fallback near bf16 rounding midpoints
     # (codegen/gelu_tanh_bf16.py): 15% fewer instructions on the fast path, exact (GPU tests), but on the H100,
     # where the kernel is memory-bound, 2-4% slower in two ab_trees.py rounds (-ab-gelu-tail-h100*.json: 46
-    # registers against 32). Off until it is timed on the H200, where the exact tanh makes the kernel issue-bound.
+    # registers against 32), and on the H200 0.970-1.004x at the five roofline shapes (-ab-gelu-tail-h200.json).
     "bf16_gelu_tail": False,
     # A variance over rows longer than wide_min_cols, in whole tiles, whose row input has elements of at least
     # this many bytes, accumulates its squared deviations in its mean's pass by Welford's update per lane
-    # (kernel_builder._welford_moments): two passes over the row instead of three, two more lane accumulators.
+    # (kernel_builder.welford_moments): two passes over the row instead of three, two more lane accumulators.
     # H200, LayerNorm, benchmarks/sweep_tuning.py, 3 rounds (results/2026-12-06-tuning-welford*-h200.json):
     # fp32 [1024, 65536] 0.193 -> 0.184 ms (65.6 -> 68.7% of copy; its kernel held 64 registers already); bf16
     # 0.093 -> 0.108 ms and fp32 [4096, 16384] (wide for its row inputs) 0.154 -> 0.197 ms, where the lanes
