@@ -148,9 +148,9 @@ _FAST_EXP = "_exp_ftz(" if DEVICE.type == "cuda" else "tl.exp("  # (the interpre
 @pytest.mark.parametrize("cols,layout", [(COLS, "contiguous"), (32768, "contiguous"), (32768, "transposed")],
                          ids=["masked tail", "whole steps", "whole steps, column-major"])
 def test_a_sum_in_a_pass_of_its_own_adds_the_fast_exp_and_equals_eager(monkeypatch, cols, layout):
-    """Rows of 2-byte elements keep three passes by default; with TUNING["wide_fast_exp_sums"] their sum's pass
-    adds the fast exp of x - max (the prelude's _exp_ftz on the GPU, tl.exp in the interpreter), the output pass
-    the exact one."""
+    """Rows of 2-byte elements keep three passes by default; with TUNING["wide_fast_exp_sums"] (on by default)
+    their sum's pass adds the fast exp of x - max (the prelude's _exp_ftz on the GPU, tl.exp in the
+    interpreter), the output pass the exact one."""
     monkeypatch.setitem(plan.TUNING, "wide_online_softmax_min_itemsize", 4)
     monkeypatch.setitem(plan.TUNING, "wide_fast_exp_sums", True)
     x = _rows(torch.bfloat16, cols)
@@ -188,8 +188,9 @@ def test_the_online_sum_takes_the_fast_exp_with_the_switch(monkeypatch, io):
     torch.testing.assert_close(out.float(), ref.float(), equal_nan=True, **tol)
 
 
-def test_by_default_a_sum_in_a_pass_of_its_own_adds_the_exact_exp(monkeypatch):
+def test_without_the_switch_a_sum_in_a_pass_of_its_own_adds_the_exact_exp(monkeypatch):
     monkeypatch.setitem(plan.TUNING, "wide_online_softmax_min_itemsize", 4)
+    monkeypatch.setitem(plan.TUNING, "wide_fast_exp_sums", False)
     x = _rows(torch.bfloat16)
     with FusionDefinition() as fd:
         _softmax(fd, x, out_dtype=DataType.BFloat16)
@@ -244,7 +245,7 @@ def test_the_fast_exp_sums_compile_for_sm90(monkeypatch, io):
 
     monkeypatch.setitem(plan.TUNING, "wide_online_softmax_min_itemsize", 4)
     monkeypatch.setitem(plan.TUNING, "wide_fast_exp_sums", True)
-    x = torch.randn(4, 32768, dtype=io)
+    x = torch.randn(4, 32768, dtype=io, device=DEVICE)
     with FusionDefinition() as fd:
         _softmax(fd, x, out_dtype=None if io == torch.float32 else DataType.BFloat16)
     (p,) = gpu_plans(monkeypatch, fd, [x])

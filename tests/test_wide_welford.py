@@ -14,15 +14,16 @@ from pyfuser import DataType, FusionDefinition
 from pyfuser.codegen import plan
 from harness import DEVICE
 
+DEFAULT_TUNING = dict(plan.TUNING)  # (before any fixture's overrides)
 COLS = 32768  # > plan.TUNING["wide_min_cols"], and a whole number of steps of 4 tiles of 8192
 
 
 @pytest.fixture(autouse=True, params=[False, True], ids=["lanes of one column", "lanes of one vector"])
 def welford_for_every_element_size(monkeypatch, request):
-    """Every test in both forms of the lanes (plan.TUNING["wide_welford_grouped"]), the grouped one in tiles of
-    4096 (wide_welford_block_c)."""
+    """Every test in both forms of the lanes, for every element size (plan.TUNING["wide_welford_grouped_max_itemsize"]),
+    the grouped one in tiles of 4096 (wide_welford_block_c)."""
     monkeypatch.setitem(plan.TUNING, "wide_welford_min_itemsize", 1)
-    monkeypatch.setitem(plan.TUNING, "wide_welford_grouped", request.param)
+    monkeypatch.setitem(plan.TUNING, "wide_welford_grouped_max_itemsize", 8 if request.param else 0)
     monkeypatch.setitem(plan.TUNING, "wide_welford_block_c", 4096 if request.param else 0)
 
 
@@ -95,7 +96,8 @@ def test_wide_layernorm_takes_two_passes_and_equals_eager(io):
     src = _layernorm_source(_rows(io))
     assert "pf_looped" in src and "wf_m" in src
     assert src.count("for c00 in range(") == 2  # the moments' pass, the output pass
-    assert ("tl.reshape(" in src) == plan.TUNING["wide_welford_grouped"]  # lanes of one vector: in-thread sums
+    grouped = plan.TUNING["wide_welford_grouped_max_itemsize"] > 0
+    assert ("tl.reshape(" in src) == grouped  # lanes of one vector: in-thread sums
 
 
 def test_rows_wide_only_for_their_row_inputs_keep_the_two_pass_moments():
@@ -137,11 +139,12 @@ def test_a_masked_last_tile_keeps_the_two_pass_moments():
 
 
 @pytest.mark.parametrize("io", [torch.float32, torch.bfloat16], ids=str)
-def test_by_default_only_rows_of_4_byte_elements_take_it(monkeypatch, io):
-    monkeypatch.setitem(plan.TUNING, "wide_welford_min_itemsize", 4)
+def test_by_default_bf16_rows_take_lanes_of_one_vector_and_fp32_rows_lanes_of_one_column(monkeypatch, io):
+    for knob in ("wide_welford_min_itemsize", "wide_welford_grouped_max_itemsize", "wide_welford_block_c"):
+        monkeypatch.setitem(plan.TUNING, knob, DEFAULT_TUNING[knob])
     src = _layernorm_source(_rows(io))
-    assert ("wf_m" in src) == (io == torch.float32)
-    assert src.count("for c00 in range(") == (2 if io == torch.float32 else 3)
+    assert "wf_m" in src and src.count("for c00 in range(") == 2
+    assert ("tl.reshape(" in src) == (io == torch.bfloat16)
 
 
 @pytest.mark.parametrize("layout", ["sliced", "transposed"])
@@ -159,7 +162,7 @@ def test_the_gpu_form_compiles_for_sm90(monkeypatch, dtype):
     rows: the Welford lanes and the per-tile reciprocal (tl.fdiv) compile for sm_90."""
     from sm90 import compile_ptx, gpu_plans, kernel_spec
 
-    x = torch.randn(4, COLS, dtype=dtype)
+    x = torch.randn(4, COLS, dtype=dtype, device=DEVICE)
     with FusionDefinition() as fd:
         t = fd.from_pytorch(x)
         var, mean = fd.ops.var_mean(t, dims=[1], correction=0, keepdim=True)

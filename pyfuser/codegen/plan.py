@@ -313,7 +313,8 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
     # A variance's moments in one pass (kernel_builder.welford_moments), in lanes of one vector of the row input
     welford = (welford_moments(kb) if wide is not None and n_cols > TUNING["wide_min_cols"]
                and row_in_itemsize >= TUNING["wide_welford_min_itemsize"] else {})
-    welford_group = max(16 // row_in_itemsize, 1) if welford and TUNING["wide_welford_grouped"] else 0
+    welford_group = (max(16 // row_in_itemsize, 1)
+                     if welford and row_in_itemsize <= TUNING["wide_welford_grouped_max_itemsize"] else 0)
     welford_block_c = min(TUNING["wide_welford_block_c"], next_pow2(n_cols))
     if welford and welford_block_c and n_cols % (welford_block_c * wide[1]) == 0:  # (Welford wants whole tiles)
         wide = (welford_block_c,) + wide[1:]
@@ -633,9 +634,10 @@ TUNING = {
     # tl.exp 5, libdevice's expf about 8): in the online sum, and in the sum's own pass where it is not online
     # (rows of 1- and 2-byte elements, which add libdevice's exp there otherwise; the output pass computes the
     # quotient's exact exp again in any case). sass_census.py, softmax [1024, 65536]: bf16 1734 -> 1538
-    # instructions, fp32 1488 -> 1393, registers unchanged. Off until timed on a GPU (no device time was left in
-    # the session that wrote it; its GPU test, tests/test_online_softmax.py, has not run either).
-    "wide_fast_exp_sums": False,
+    # instructions, fp32 1488 -> 1393, registers unchanged. H100, sweep_tuning.py, 3 rounds
+    # (results/2026-12-06-tuning-fast-exp-h100.json): bf16 0.1346 -> 0.1205 ms (66.0 -> 73.7% of copy), fp32
+    # 0.2203 -> 0.2185 ms; the online sum with it for bf16 rows too stays slower (0.1420 ms).
+    "wide_fast_exp_sums": True,
     # A bf16 tanh-GELU's tail with tanh's exp form and an exact fallback near bf16 rounding midpoints
     # (codegen/gelu_tanh_bf16.py): 15% fewer instructions on the fast path, exact (GPU tests), but on the H100,
     # where the kernel is memory-bound, 2-4% slower in two ab_trees.py rounds (-ab-gelu-tail-h100*.json: 46
@@ -644,19 +646,21 @@ TUNING = {
     # A variance over rows longer than wide_min_cols, in whole tiles, whose row input has elements of at least
     # this many bytes, accumulates its squared deviations in its mean's pass by Welford's update per lane
     # (kernel_builder.welford_moments): two passes over the row instead of three, two more lane accumulators.
-    # H200, LayerNorm, benchmarks/sweep_tuning.py, 3 rounds (results/2026-12-06-tuning-welford*-h200.json):
-    # fp32 [1024, 65536] 0.193 -> 0.184 ms (65.6 -> 68.7% of copy; its kernel held 64 registers already); bf16
-    # 0.093 -> 0.108 ms and fp32 [4096, 16384] (wide for its row inputs) 0.154 -> 0.197 ms, where the lanes
-    # take the kernel from 32 registers to 52-60 and one program per SM instead of two (narrower tiles or more
-    # of them in flight: at best 0.098 and 0.163 ms).
-    "wide_welford_min_itemsize": 4,
+    # H200, LayerNorm, benchmarks/sweep_tuning.py, 3 rounds (results/2026-12-06-tuning-welford*-h200.json), lanes
+    # of one column: fp32 [1024, 65536] 0.193 -> 0.184 ms (65.6 -> 68.7% of copy; its kernel held 64 registers
+    # already); bf16 0.093 -> 0.108 ms, where the lanes take the kernel from 32 registers to 52 and one program
+    # per SM instead of two; bf16 rows take it in lanes of one vector (below). fp32 [4096, 16384] (wide for its
+    # row inputs) lost 0.154 -> 0.197 ms, so rows no longer than wide_min_cols keep three passes.
+    "wide_welford_min_itemsize": 1,
     # Welford lanes of one 16-byte vector of the row input (8 bf16 or 4 fp32 columns, one thread's, summed and
-    # centred in its registers, then merged into lanes that many times narrower), and the tile width of such
-    # kernels (0: wide_block_c): the lane accumulators that cost the kernel its second program per SM shrink.
-    # sass_census.py, LayerNorm [1024, 65536] with Welford, registers: bf16 52 -> 43 grouped, 45 -> 32 grouped in
-    # tiles of 4096 (the form without Welford: 32 and 8 bytes of stack); fp32 60 -> 56, 32 in tiles of 4096. Not
-    # timed yet (no device time was left in the session that wrote it): off keeps the form measured above.
-    "wide_welford_grouped": False,
+    # centred in its registers, then merged into lanes that many times narrower) for row inputs of at most this
+    # many bytes, and the tile width of Welford kernels (0: wide_block_c): the lane accumulators that cost the
+    # kernel its second program per SM shrink. sass_census.py, LayerNorm [1024, 65536], registers: bf16 52 -> 43
+    # grouped (the form without Welford: 32); fp32 60 -> 56. H100, sweep_tuning.py, 3 rounds
+    # (results/2026-12-06-tuning-welford-grouped-h100.json), against the default of then (bf16 without Welford,
+    # fp32 in lanes of one column): bf16 0.1269 -> 0.1112 ms (70.0 -> 79.9% of copy; 0.1222 in tiles of 4096),
+    # fp32 0.2379 -> 0.2420 ms grouped (0.2646 in tiles of 4096), so fp32 rows keep lanes of one column.
+    "wide_welford_grouped_max_itemsize": 2,
     "wide_welford_block_c": 0,
 }
 
