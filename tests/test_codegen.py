@@ -157,10 +157,11 @@ def test_wide_rows(monkeypatch, cols):
     # steps, with no column mask (Emitter.full_col_tiles). Special values sit in every tile, the last row's
     # last element included; the output keeps eager's strides.
     # Transposed (column-major rows): the kernel's column loop walks stride-9 elements (test_softmax_modes has
-    # contiguous wide rows).
+    # contiguous wide rows). The tiles of wide_tiles' forms are off, so that wide_block_c holds.
     from pyfuser.codegen import plan
 
     monkeypatch.setitem(plan.TUNING, "wide_block_c", 2048)
+    monkeypatch.setitem(plan.TUNING, "wide_tiles", {})
     rows = 9
     x = make((cols, rows), torch.bfloat16).t()
     x[1, cols - 1] = float("nan")

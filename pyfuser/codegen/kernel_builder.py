@@ -1106,6 +1106,13 @@ def _online_softmax_sums(kb: KernelBuilder) -> dict:
     return found
 
 
+def online_softmax_sums(kb: KernelBuilder) -> dict:
+    """_online_softmax_sums after the row max's marking that it matches (both idempotent): what the plan asks
+    to pick a wide kernel's tiles; kernel_source finds the same sums again."""
+    _mark_arithmetic_min_max(kb)
+    return _online_softmax_sums(kb)
+
+
 def welford_moments(kb: KernelBuilder) -> dict:
     """A variance's sum of squared deviations ``sum((x - mean) ** 2)`` with ``mean = div_rn(sum(x), n)`` (the
     two-pass moments of reduction_lowerings._lower_moments): the sum's uid -> (mean, that sum of squares). A

@@ -21,7 +21,7 @@ import torch
 from ..ir.dtypes import to_torch_dtype
 from ..ir.nodes import Scalar, TensorView, Vector
 from ..ops.registry import OpKind
-from .kernel_builder import KernelBuilder, TensorParam, kernel_source, welford_moments
+from .kernel_builder import KernelBuilder, TensorParam, kernel_source, online_softmax_sums, welford_moments
 from .launcher import next_pow2
 from ..segment.loop_domain import LoopDomain, NotFusable, build_loop_domain, column_dims, memory_operands
 
@@ -315,6 +315,10 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
                and row_in_itemsize >= TUNING["wide_welford_min_itemsize"] else {})
     welford_group = (max(16 // row_in_itemsize, 1)
                      if welford and row_in_itemsize <= TUNING["wide_welford_grouped_max_itemsize"] else 0)
+    online = (wide is not None and row_in_itemsize >= TUNING["wide_online_softmax_min_itemsize"]
+              and bool(online_softmax_sums(kb)))
+    if wide is not None and n_cols > TUNING["wide_min_cols"]:
+        wide = _wide_tiles_of_form(wide, n_cols, kb.max_level, row_in_itemsize, online, welford, welford_group)
     welford_block_c = min(TUNING["wide_welford_block_c"], next_pow2(n_cols))
     if welford and welford_block_c and n_cols % (welford_block_c * wide[1]) == 0:  # (Welford wants whole tiles)
         wide = (welford_block_c,) + wide[1:]
@@ -347,7 +351,7 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
     source_body = kernel_source("KERNEL", kb, params, len(row_runs), len(col_runs), mode, index64, n_cols_factor,
                                 n_tiles, unroll if wide else 0, lanes if lanes >= 4 else 1, split_interior,
                                 full_col_tiles,
-                                online_softmax=row_in_itemsize >= TUNING["wide_online_softmax_min_itemsize"],
+                                online_softmax=online,
                                 gelu_tail=TUNING["bf16_gelu_tail"], fast_exp_sums=TUNING["wide_fast_exp_sums"],
                                 welford=welford, welford_group=welford_group)
     name = "pf_" + mode + "_" + hashlib.sha1(source_body.encode()).hexdigest()[:12]
@@ -662,6 +666,21 @@ TUNING = {
     # fp32 0.2379 -> 0.2420 ms grouped (0.2646 in tiles of 4096), so fp32 rows keep lanes of one column.
     "wide_welford_grouped_max_itemsize": 2,
     "wide_welford_block_c": 0,
+    # (tile width, tiles per step[, programs per SM]) of wide rows (longer than wide_min_cols) by the kernel's
+    # form and its row input's element size, "<plan.wide_form>:<bytes>", where a sweep found them better than
+    # (wide_block_c, wide_unroll, wide_programs_per_sm). H100, [1024, 65536], sweep_tuning.py, 2 rounds (results/2026-12-06-tuning-wide-unroll-h100.json,
+    # % of copy against 8192 x 4): RMSNorm bf16 16384 x 2 86.9 (79.1); LayerNorm bf16 16384 x 4 86.3 (80.0);
+    # softmax fp32 16384 x 2 87.3 (81.5), bf16 8192 x 8 76.9 (74.0). The same tiles lost elsewhere: RMSNorm fp32
+    # 16384 x 2 80.8 (83.7), LayerNorm fp32 16384 x 2 68.2 (74.9), softmax bf16 16384 x 2 69.6, so those keep
+    # 8192 x 4. The tile width matters apart from the bytes in flight: bf16 RMSNorm's 8192 x 4 and 16384 x 2
+    # move the same 64 KiB per step. LayerNorm fp32 (Welford lanes of one column) 8192 x 2 78.0 (74.8), where
+    # RMSNorm fp32 lost 83.4 -> 67.9 with it (-tuning-wide-fp32-h100.json); RMSNorm fp32 16384 x 4 with 4
+    # programs per SM 85.9 (83.5; 3 or 4 programs per SM in 8192 x 4: 85.1), 3 rounds (-tuning-wide-rms-fp32-
+    # h100.json). bf16 softmax with its sum online stays slower in every tiling tried (68-61 against 76.9,
+    # -tuning-wide-softmax-bf16-online-h100.json).
+    "wide_tiles": {"2 passes:2": (16384, 2), "2 passes:4": (16384, 4, 4),
+                   "2 passes welford vector:2": (16384, 4), "2 passes welford column:4": (8192, 2),
+                   "2 passes online:4": (16384, 2), "3 passes:2": (8192, 8)},
 }
 
 
@@ -689,6 +708,27 @@ def wide_rows(n_cols: int, itemsize: int, passes: int, row_inputs: int = 1) -> O
     if steps < 2 or t["wide_programs_per_sm"] <= 0:
         return None
     return block_c, min(t["wide_unroll"], steps), t["wide_warps"], t["wide_programs_per_sm"] * sm_count()
+
+
+def wide_form(max_level: int, online: bool, welford: dict, welford_group: int) -> str:
+    """A wide kernel's passes over the row (a reduction level each, one of them folded into the one before by an
+    online softmax sum or Welford moments, and the output pass) and the lanes of its Welford moments: the key
+    of TUNING["wide_tiles"]."""
+    passes = max_level + 1 - (1 if online or welford else 0)
+    lanes = " welford vector" if welford and welford_group else " welford column" if welford else ""
+    return f"{passes} passes{' online' if online else ''}{lanes}"
+
+
+def _wide_tiles_of_form(wide: tuple, n_cols: int, max_level: int, itemsize: int, online: bool, welford: dict,
+                        welford_group: int) -> tuple:
+    """``wide`` with the tile width, tiles per step and (where given) programs per SM that TUNING["wide_tiles"]
+    gives the kernel's form."""
+    entry = TUNING["wide_tiles"].get(f"{wide_form(max_level, online, welford, welford_group)}:{itemsize}")
+    if not entry:
+        return wide
+    block_c = min(entry[0], next_pow2(n_cols))
+    programs = entry[2] * sm_count() if len(entry) > 2 else wide[3]
+    return block_c, max(min(entry[1], -(-n_cols // block_c)), 1), wide[2], programs
 
 
 _SM_COUNT: list = []

@@ -1,0 +1,126 @@
+"""Wide rows (longer than plan.TUNING["wide_min_cols"]) take their tile width and tiles per step by the kernel's
+form and the row input's element size (plan.TUNING["wide_tiles"], plan.wide_form): RMSNorm, LayerNorm with
+Welford lanes of one vector, a softmax with its sum online or in a pass of its own. Whatever the tiles, the
+outputs are eager's, for whole steps and a masked last step, with NaN, +-inf and -0.0 in the rows."""
+
+import pytest
+import torch
+
+from pyfuser import DataType, FusionDefinition
+from pyfuser.codegen import plan
+from harness import DEVICE
+
+EPS = 1e-5
+
+
+def _rows(dtype, cols, rows=6):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(max(rows, 4), cols, generator=g)[:rows] * 2 + 0.5
+    specials = [(11, float("nan")), (cols // 2, float("inf")), (-3, float("-inf")), (slice(None), -0.0)]
+    for row, (col, value) in zip(range(rows), specials):
+        x[row, col] = value
+    return x.to(dtype).to(DEVICE)
+
+
+def _rmsnorm(fd, x, w):
+    t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
+    ms = fd.ops.div(fd.ops.sum(fd.ops.mul(t, t), dims=[1], keepdim=True), float(x.shape[1]))
+    y = fd.ops.mul(fd.ops.mul(t, fd.ops.rsqrt(fd.ops.add(ms, EPS))), fd.ops.cast(fd.from_pytorch(w), DataType.Float))
+    return fd.ops.cast(y, DataType.BFloat16) if x.dtype == torch.bfloat16 else y
+
+
+def _rmsnorm_eager(x, w):
+    t = x.float()
+    y = t * torch.rsqrt((t * t).sum(1, keepdim=True) / x.shape[1] + EPS) * w.float()
+    return y.to(x.dtype)
+
+
+def _layernorm(fd, x, w):
+    t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
+    var, mean = fd.ops.var_mean(t, dims=[1], correction=0, keepdim=True)
+    y = fd.ops.mul(fd.ops.mul(fd.ops.sub(t, mean), fd.ops.rsqrt(fd.ops.add(var, EPS))),
+                   fd.ops.cast(fd.from_pytorch(w), DataType.Float))
+    return fd.ops.cast(y, DataType.BFloat16) if x.dtype == torch.bfloat16 else y
+
+
+def _layernorm_eager(x, w):
+    t = x.float()
+    var, mean = torch.var_mean(t, dim=1, correction=0, keepdim=True)
+    return ((t - mean) * torch.rsqrt(var + EPS) * w.float()).to(x.dtype)
+
+
+def _softmax(fd, x, w):
+    t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
+    e = fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, dims=[1], keepdim=True)))
+    y = fd.ops.div(e, fd.ops.sum(e, dims=[1], keepdim=True))
+    return fd.ops.cast(y, DataType.BFloat16) if x.dtype == torch.bfloat16 else y
+
+
+def _softmax_eager(x, w):
+    t = x.float()
+    e = torch.exp(t - t.amax(1, keepdim=True))
+    return (e / e.sum(1, keepdim=True)).to(x.dtype)
+
+
+# case -> (definition, eager op by op, element size -> its form)
+CASES = {
+    "rmsnorm": (_rmsnorm, _rmsnorm_eager, {2: "2 passes", 4: "2 passes"}),
+    "layernorm": (_layernorm, _layernorm_eager, {2: "2 passes welford vector", 4: "2 passes welford column"}),
+    "softmax": (_softmax, _softmax_eager, {2: "3 passes", 4: "2 passes online"}),
+}
+
+
+def _run(case, x):
+    define, eager, _ = CASES[case]
+    w = (torch.randn(x.shape[1], generator=torch.Generator().manual_seed(4)) + 1).to(x.dtype).to(DEVICE)
+    with FusionDefinition() as fd:
+        fd.add_output(define(fd, x, w))
+    (out,) = fd.execute([x] if case == "softmax" else [x, w])  # (a softmax defines no weight)
+    src = fd.last_execution()[0].kernel_source
+    return out, eager(x, w), src[src.index("\ndef pf_"):]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("io", [torch.bfloat16, torch.float32], ids=str)
+def test_each_form_takes_the_tiles_of_its_table_entry(case, io):
+    x = _rows(io, 65536, rows=2)
+    *_, src = _run(case, x)
+    itemsize = x.element_size()
+    form = CASES[case][2][itemsize]
+    block_c, unroll = plan.TUNING["wide_tiles"].get(f"{form}:{itemsize}",
+                                                    (plan.TUNING["wide_block_c"], plan.TUNING["wide_unroll"]))[:2]
+    assert f"range(0, n_cols, {unroll} * BLOCK_C)" in src
+    assert plan.wide_rows(65536, itemsize, 2)[0] == plan.TUNING["wide_block_c"]  # (before the table)
+    assert block_c * unroll <= 65536
+
+
+def test_the_table_changes_only_the_forms_it_names(monkeypatch):
+    wide = (8192, 4, 32, 264)
+    monkeypatch.setitem(plan.TUNING, "wide_tiles", {"2 passes:2": (16384, 2), "2 passes online:4": (16384, 4, 3)})
+    assert plan._wide_tiles_of_form(wide, 65536, 1, 2, False, {}, 0) == (16384, 2, 32, 264)
+    assert plan._wide_tiles_of_form(wide, 65536, 1, 4, False, {}, 0) == wide  # fp32: no entry
+    # an entry's third number: programs per SM
+    assert plan._wide_tiles_of_form(wide, 65536, 2, 4, True, {}, 0) == (16384, 4, 32, 3 * plan.sm_count())
+    assert plan._wide_tiles_of_form(wide, 65536, 2, 2, False, {}, 0) == wide  # three passes: no entry
+    # a row narrower than the entry's tiles takes the tiles it has
+    assert plan._wide_tiles_of_form(wide, 20000, 1, 2, False, {}, 0) == (16384, 2, 32, 264)
+    assert plan._wide_tiles_of_form(wide, 16385, 1, 2, False, {}, 0)[:2] == (16384, 2)
+    assert plan.wide_form(2, True, {}, 0) == "2 passes online"
+    assert plan.wide_form(2, False, {1: None}, 8) == "2 passes welford vector"
+    assert plan.wide_form(2, False, {}, 0) == "3 passes"
+
+
+@pytest.mark.parametrize("cols", [32768, 40000], ids=["whole steps", "masked last step"])
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("io", [torch.bfloat16, torch.float32], ids=str)
+def test_wide_rows_in_their_tiles_equal_eager(case, io, cols):
+    x = _rows(io, cols)
+    if cols == 40000:  # a column-major input too
+        x = x.t().contiguous().t()
+    out, ref, _ = _run(case, x)
+    assert out.shape == ref.shape and out.stride() == ref.stride() and out.dtype == ref.dtype
+    assert torch.equal(out.isnan(), ref.isnan())
+    # Reductions in another order than eager's (and Welford's lanes, the fast exp of a softmax's sum on the GPU):
+    # a few fp32 ulps; bf16 outputs then round the same but near a rounding midpoint.
+    tol = dict(atol=1e-5, rtol=2e-6) if io == torch.float32 else dict(atol=2 ** -14, rtol=2 ** -7)
+    torch.testing.assert_close(out.float(), ref.float(), equal_nan=True, **tol)
