@@ -110,14 +110,18 @@ def test_the_table_changes_only_the_forms_it_names(monkeypatch):
     assert plan.wide_form(2, False, {}, 0) == "3 passes"
 
 
+@pytest.mark.parametrize("literal_cols", [False, True], ids=["n_cols an argument", "n_cols in the source"])
 @pytest.mark.parametrize("cols", [32768, 40000], ids=["whole steps", "masked last step"])
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("io", [torch.bfloat16, torch.float32], ids=str)
-def test_wide_rows_in_their_tiles_equal_eager(case, io, cols):
+def test_wide_rows_in_their_tiles_equal_eager(monkeypatch, case, io, cols, literal_cols):
+    """Also with TUNING["wide_literal_cols"] (off by default): the row length a constant of the source."""
+    monkeypatch.setitem(plan.TUNING, "wide_literal_cols", literal_cols)
     x = _rows(io, cols)
     if cols == 40000:  # a column-major input too
         x = x.t().contiguous().t()
-    out, ref, _ = _run(case, x)
+    out, ref, src = _run(case, x)
+    assert (f"n_cols = n_cols_q * {cols}" in src) == literal_cols
     assert out.shape == ref.shape and out.stride() == ref.stride() and out.dtype == ref.dtype
     assert torch.equal(out.isnan(), ref.isnan())
     # Reductions in another order than eager's (and Welford's lanes, the fast exp of a softmax's sum on the GPU):

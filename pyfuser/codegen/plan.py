@@ -308,6 +308,10 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
         mode = "looped"
         wide = wide_rows(n_cols, itemsize, kb.max_level)
     n_cols_factor = _aligned_factor(n_cols, 1)
+    if wide is not None and TUNING["wide_literal_cols"]:
+        # The source's n_cols a constant (n_cols_q is then 1, which Triton's JIT specializes): the column loops'
+        # trip counts are known to the compiler, which may unroll them (plans are per exact shape already).
+        n_cols_factor = n_cols
     # (the element size of the row-sized tensors the kernel reads: what a wide kernel's later passes re-read)
     row_in_itemsize = min((p.dtype.itemsize for p in params if p.has_col and not p.is_output), default=itemsize)
     # A variance's moments in one pass (kernel_builder.welford_moments), in lanes of one vector of the row input
@@ -678,6 +682,8 @@ TUNING = {
     # programs per SM 85.9 (83.5; 3 or 4 programs per SM in 8192 x 4: 85.1), 3 rounds (-tuning-wide-rms-fp32-
     # h100.json). bf16 softmax with its sum online stays slower in every tiling tried (68-61 against 76.9,
     # -tuning-wide-softmax-bf16-online-h100.json).
+    # Wide kernels with n_cols written into their source (see plan_kernel): built for a sweep, off until timed.
+    "wide_literal_cols": False,
     "wide_tiles": {"2 passes:2": (16384, 2), "2 passes:4": (16384, 4, 4),
                    "2 passes welford vector:2": (16384, 4), "2 passes welford column:4": (8192, 2),
                    "2 passes online:4": (16384, 2), "3 passes:2": (8192, 8)},
