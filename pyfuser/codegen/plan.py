@@ -670,20 +670,21 @@ TUNING = {
     # fp32 0.2379 -> 0.2420 ms grouped (0.2646 in tiles of 4096), so fp32 rows keep lanes of one column.
     "wide_welford_grouped_max_itemsize": 2,
     "wide_welford_block_c": 0,
-    # (tile width, tiles per step[, programs per SM]) of wide rows (longer than wide_min_cols) by the kernel's
-    # form and its row input's element size, "<plan.wide_form>:<bytes>", where a sweep found them better than
-    # (wide_block_c, wide_unroll, wide_programs_per_sm). H100, [1024, 65536], sweep_tuning.py, 2 rounds (results/2026-12-06-tuning-wide-unroll-h100.json,
-    # % of copy against 8192 x 4): RMSNorm bf16 16384 x 2 86.9 (79.1); LayerNorm bf16 16384 x 4 86.3 (80.0);
-    # softmax fp32 16384 x 2 87.3 (81.5), bf16 8192 x 8 76.9 (74.0). The same tiles lost elsewhere: RMSNorm fp32
-    # 16384 x 2 80.8 (83.7), LayerNorm fp32 16384 x 2 68.2 (74.9), softmax bf16 16384 x 2 69.6, so those keep
-    # 8192 x 4. The tile width matters apart from the bytes in flight: bf16 RMSNorm's 8192 x 4 and 16384 x 2
-    # move the same 64 KiB per step. LayerNorm fp32 (Welford lanes of one column) 8192 x 2 78.0 (74.8), where
-    # RMSNorm fp32 lost 83.4 -> 67.9 with it (-tuning-wide-fp32-h100.json); RMSNorm fp32 16384 x 4 with 4
-    # programs per SM 85.9 (83.5; 3 or 4 programs per SM in 8192 x 4: 85.1), 3 rounds (-tuning-wide-rms-fp32-
-    # h100.json). bf16 softmax with its sum online stays slower in every tiling tried (68-61 against 76.9,
-    # -tuning-wide-softmax-bf16-online-h100.json).
     # Wide kernels with n_cols written into their source (see plan_kernel): built for a sweep, off until timed.
     "wide_literal_cols": False,
+    # (tile width, tiles per step[, programs per SM]) of wide rows (longer than wide_min_cols) by the kernel's
+    # form and its row input's element size, "<plan.wide_form>:<bytes>", where a sweep found them better than
+    # (wide_block_c, wide_unroll, wide_programs_per_sm). H100, [1024, 65536], sweep_tuning.py, 2 rounds
+    # (results/2026-12-06-tuning-wide-unroll-h100.json, % of copy against 8192 x 4): RMSNorm bf16 16384 x 2 86.9
+    # (79.1); LayerNorm bf16 16384 x 4 86.3 (80.0); softmax fp32 16384 x 2 87.3 (81.5), bf16 8192 x 8 76.9 (74.0).
+    # The same tiles lost elsewhere: RMSNorm fp32 16384 x 2 80.8 (83.7), LayerNorm fp32 16384 x 2 68.2 (74.9),
+    # softmax bf16 16384 x 2 69.6. The tile width matters apart from the bytes in flight: bf16 RMSNorm's 8192 x 4
+    # and 16384 x 2 move the same 64 KiB per step. LayerNorm fp32 (Welford lanes of one column) 8192 x 2 78.0
+    # (74.8), where RMSNorm fp32 lost 83.4 -> 67.9 with it (-tuning-wide-fp32-h100.json); RMSNorm fp32 16384 x 4
+    # with 4 programs per SM 85.9 (83.5; 3 or 4 programs per SM in 8192 x 4: 85.1), 3 rounds
+    # (-tuning-wide-rms-fp32-h100.json). bf16 softmax with its sum online stays slower in every tiling tried
+    # (61-69 against 76.9, -tuning-wide-softmax-bf16-online-h100.json). One run of the table against no table, 3
+    # rounds: -tuning-wide-tiles-table-h100.json. Not timed on the H200.
     "wide_tiles": {"2 passes:2": (16384, 2), "2 passes:4": (16384, 4, 4),
                    "2 passes welford vector:2": (16384, 4), "2 passes welford column:4": (8192, 2),
                    "2 passes online:4": (16384, 2), "3 passes:2": (8192, 8)},
