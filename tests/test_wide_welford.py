@@ -20,11 +20,13 @@ COLS = 32768  # > plan.TUNING["wide_min_cols"], and a whole number of steps of 4
 
 @pytest.fixture(autouse=True, params=[False, True], ids=["lanes of one column", "lanes of one vector"])
 def welford_for_every_element_size(monkeypatch, request):
-    """Every test in both forms of the lanes, for every element size (plan.TUNING["wide_welford_grouped_max_itemsize"]),
-    the grouped one in tiles of 4096 (wide_welford_block_c)."""
+    """Every test in both forms of the lanes, for every element size
+    (plan.TUNING["wide_welford_grouped_max_itemsize"]), the grouped one in tiles of 4096 (its wide_tiles entries)."""
     monkeypatch.setitem(plan.TUNING, "wide_welford_min_itemsize", 1)
     monkeypatch.setitem(plan.TUNING, "wide_welford_grouped_max_itemsize", 8 if request.param else 0)
-    monkeypatch.setitem(plan.TUNING, "wide_welford_block_c", 4096 if request.param else 0)
+    if request.param:
+        grouped = {f"2 passes welford vector:{b}": (4096, 4) for b in (2, 4, 8)}
+        monkeypatch.setitem(plan.TUNING, "wide_tiles", {**plan.TUNING["wide_tiles"], **grouped})
 
 
 def _rows(dtype, cols=COLS):
@@ -140,7 +142,7 @@ def test_a_masked_last_tile_keeps_the_two_pass_moments():
 
 @pytest.mark.parametrize("io", [torch.float32, torch.bfloat16], ids=str)
 def test_by_default_bf16_rows_take_lanes_of_one_vector_and_fp32_rows_lanes_of_one_column(monkeypatch, io):
-    for knob in ("wide_welford_min_itemsize", "wide_welford_grouped_max_itemsize", "wide_welford_block_c"):
+    for knob in ("wide_welford_min_itemsize", "wide_welford_grouped_max_itemsize", "wide_tiles"):
         monkeypatch.setitem(plan.TUNING, knob, DEFAULT_TUNING[knob])
     src = _layernorm_source(_rows(io))
     assert "wf_m" in src and src.count("for c00 in range(") == 2

@@ -1107,8 +1107,10 @@ def _online_softmax_sums(kb: KernelBuilder) -> dict:
 
 
 def online_softmax_sums(kb: KernelBuilder) -> dict:
-    """_online_softmax_sums after the row max's marking that it matches (both idempotent): what the plan asks
-    to pick a wide kernel's tiles; kernel_source finds the same sums again."""
+    """_online_softmax_sums after the row max's marking that it matches (idempotent). The plan calls this (it
+    picks a wide kernel's form and tiles by it) and hands the result to kernel_source. The bf16 row division
+    that kernel_source writes later rewrites the division in place and adds the reciprocal as a reader of the
+    sum, both forms that the match accepts, so the sums stay the same."""
     _mark_arithmetic_min_max(kb)
     return _online_softmax_sums(kb)
 
@@ -1263,14 +1265,14 @@ def _canonical_bf16_nans(kb: KernelBuilder) -> None:
 
 def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, mode, index64,
                   n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0, lanes_per_thread: int = 1,
-                  split_interior: int = 0, full_col_tiles: bool = False, online_softmax: bool = True,
-                  gelu_tail: bool = True, welford: Optional[dict] = None, fast_exp_sums: bool = False,
-                  welford_group: int = 0) -> str:
+                  split_interior: int = 0, full_col_tiles: bool = False, softmax_sums: Optional[dict] = None,
+                  online_softmax: bool = True, gelu_tail: bool = True, welford: Optional[dict] = None,
+                  fast_exp_sums: bool = False, welford_group: int = 0) -> str:
     """``lanes_per_thread``: elements of a [BLOCK_R, BLOCK_C] tile each thread holds (1 where unknown).
-    ``split_interior``, ``full_col_tiles``: see Emitter. ``online_softmax``: wide rows accumulate a softmax's sum
-    in its max's pass (_online_softmax_sums). ``gelu_tail``: _bf16_tanh_gelu_tails. ``welford``: the variances
-    (welford_moments' result) whose squared deviations wide rows of whole tiles accumulate in the mean's pass, in
-    lanes of ``welford_group`` columns (0: one).
+    ``split_interior``, ``full_col_tiles``: see Emitter. ``softmax_sums``: online_softmax_sums' result (wide
+    rows). ``online_softmax``: wide rows accumulate those sums in their max's pass. ``gelu_tail``:
+    _bf16_tanh_gelu_tails. ``welford``: the variances (welford_moments' result) whose squared deviations wide
+    rows of whole tiles accumulate in the mean's pass, in lanes of ``welford_group`` columns (0: one).
     ``fast_exp_sums``: the terms of wide rows' softmax sums take _exp_ftz (two instructions), online, or in the
     sum's own pass where that sum is not online (where it adds libdevice's exp otherwise)."""
     _mark_arithmetic_min_max(kb)
@@ -1280,7 +1282,7 @@ def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, 
             _bf16_tanh_gelu_tails(kb)
     if not interpreting():
         _canonical_bf16_nans(kb)
-    sums = _online_softmax_sums(kb) if wide else {}
+    sums = (softmax_sums or {}) if wide else {}
     online = sums if online_softmax else None
     fast = frozenset(sums) if sums and not online_softmax and fast_exp_sums else frozenset()
     sum_exp = "_exp_ftz" if fast_exp_sums and not interpreting() else "tl.exp"  # (the interpreter runs no PTX)

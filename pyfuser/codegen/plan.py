@@ -319,13 +319,11 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
                and row_in_itemsize >= TUNING["wide_welford_min_itemsize"] else {})
     welford_group = (max(16 // row_in_itemsize, 1)
                      if welford and row_in_itemsize <= TUNING["wide_welford_grouped_max_itemsize"] else 0)
-    online = (wide is not None and row_in_itemsize >= TUNING["wide_online_softmax_min_itemsize"]
-              and bool(online_softmax_sums(kb)))
+    # A softmax's sums that wide rows add in their max's pass (online) or with the fast exp in a pass of their own
+    softmax_sums = online_softmax_sums(kb) if wide is not None else {}
+    online = bool(softmax_sums) and row_in_itemsize >= TUNING["wide_online_softmax_min_itemsize"]
     if wide is not None and n_cols > TUNING["wide_min_cols"]:
         wide = _wide_tiles_of_form(wide, n_cols, kb.max_level, row_in_itemsize, online, welford, welford_group)
-    welford_block_c = min(TUNING["wide_welford_block_c"], next_pow2(n_cols))
-    if welford and welford_block_c and n_cols % (welford_block_c * wide[1]) == 0:  # (Welford wants whole tiles)
-        wide = (welford_block_c,) + wide[1:]
     # Rows whose width is no multiple of every column tensor's 16-byte vector (Emitter.split_interior).
     min_itemsize = min((p.dtype.itemsize for p in params if p.has_col), default=16)
     ragged = (mode == "pointwise" and len(col_runs) == 1 and n_cols_factor * min_itemsize < 16 and not embedded
@@ -355,7 +353,7 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
     source_body = kernel_source("KERNEL", kb, params, len(row_runs), len(col_runs), mode, index64, n_cols_factor,
                                 n_tiles, unroll if wide else 0, lanes if lanes >= 4 else 1, split_interior,
                                 full_col_tiles,
-                                online_softmax=online,
+                                softmax_sums=softmax_sums, online_softmax=online,
                                 gelu_tail=TUNING["bf16_gelu_tail"], fast_exp_sums=TUNING["wide_fast_exp_sums"],
                                 welford=welford, welford_group=welford_group)
     name = "pf_" + mode + "_" + hashlib.sha1(source_body.encode()).hexdigest()[:12]
@@ -662,14 +660,13 @@ TUNING = {
     "wide_welford_min_itemsize": 1,
     # Welford lanes of one 16-byte vector of the row input (8 bf16 or 4 fp32 columns, one thread's, summed and
     # centred in its registers, then merged into lanes that many times narrower) for row inputs of at most this
-    # many bytes, and the tile width of Welford kernels (0: wide_block_c): the lane accumulators that cost the
-    # kernel its second program per SM shrink. sass_census.py, LayerNorm [1024, 65536], registers: bf16 52 -> 43
+    # many bytes: the lane accumulators that cost the kernel its second program per SM shrink (its tiles:
+    # wide_tiles). sass_census.py, LayerNorm [1024, 65536], registers: bf16 52 -> 43
     # grouped (the form without Welford: 32); fp32 60 -> 56. H100, sweep_tuning.py, 3 rounds
     # (results/2026-12-06-tuning-welford-grouped-h100.json), against the default of then (bf16 without Welford,
     # fp32 in lanes of one column): bf16 0.1269 -> 0.1112 ms (70.0 -> 79.9% of copy; 0.1222 in tiles of 4096),
     # fp32 0.2379 -> 0.2420 ms grouped (0.2646 in tiles of 4096), so fp32 rows keep lanes of one column.
     "wide_welford_grouped_max_itemsize": 2,
-    "wide_welford_block_c": 0,
     # Wide kernels with n_cols written into their source (see plan_kernel): built for a sweep, off until timed.
     "wide_literal_cols": False,
     # (tile width, tiles per step[, programs per SM]) of wide rows (longer than wide_min_cols) by the kernel's
