@@ -1,8 +1,9 @@
 """Compile generated kernels for Hopper (sm_90) without a GPU, as the GPU would run them.
 
 Triton compiles for a target given explicitly when the interpreter is off, so the compile runs in a subprocess
-without TRITON_INTERPRET. Each kernel is compiled with the launch options pyfuser uses (num_warps and
-codegen.kernel_builder.COMPILE_OPTIONS), from the source and signature its plan records."""
+without TRITON_INTERPRET. Each kernel is compiled with the launch options pyfuser uses (num_warps and its plan's
+compile_options(): codegen.kernel_builder.COMPILE_OPTIONS and any register cap), from the source and signature its
+plan records."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import os
 import subprocess
 import sys
 
-from pyfuser.codegen.kernel_builder import COMPILE_OPTIONS
 
 _COMPILE = """
 import base64, importlib.util, json, os, sys, tempfile
@@ -49,7 +49,7 @@ def kernel_spec(plan, specialized: bool = False) -> dict:
     equal to 1 made a constant (so the compiler vectorizes as it does on the GPU)."""
     signature, constexprs = plan.compile_spec()
     spec = {"name": plan.name, "source": plan.source, "signature": signature, "constexprs": constexprs,
-            "options": {"num_warps": plan.num_warps, **COMPILE_OPTIONS}}
+            "options": {"num_warps": plan.num_warps, **plan.compile_options()}}
     if specialized:
         names = list(signature)
         spec["aligned"] = [i for i, n in enumerate(names) if str(signature[n]).startswith("*")]

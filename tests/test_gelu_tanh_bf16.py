@@ -3,8 +3,13 @@ and libdevice's polynomial only near a bf16 rounding midpoint (``codegen/gelu_ta
 must be eager's bit for bit. The GPU tests prove the premise of the error bound (the fast ``1 + tanh(z)`` equals
 libdevice's for |z| >= 0.6 and is within ``U_ABS_ERROR`` of it below, over every fp32 z) and compare the bf16
 results with the exact form over every fp32 z for a set of h. Without a GPU: which fusions take the form (and
-which keep the exact one), and that the kernel compiles for sm_90.
+which keep the exact one), and that the kernel compiles for sm_90 within its register cap, without spilling.
 """
+
+import os
+import re
+import subprocess
+import tempfile
 
 import pytest
 import torch
@@ -13,7 +18,7 @@ from pyfuser import DataType, FusionDefinition
 from pyfuser.codegen import gelu_tanh_bf16
 from pyfuser.codegen.kernel_builder import COMPILE_OPTIONS, PRELUDE
 from harness import DEVICE, load_source_module, make
-from sm90 import compile_ptx, gpu_plans, kernel_spec
+from sm90 import compile_cubin, compile_ptx, gpu_plans, kernel_spec
 
 triton = pytest.importorskip("triton")
 MARK = gelu_tanh_bf16.TEMPLATE.split("(")[0] + "("
@@ -21,7 +26,7 @@ MARK = gelu_tanh_bf16.TEMPLATE.split("(")[0] + "("
 
 @pytest.fixture(autouse=True)
 def gelu_tail(monkeypatch):
-    """The form under test (plan.TUNING["bf16_gelu_tail"], off by default until it is timed on the H200)."""
+    """The form under test (plan.TUNING["bf16_gelu_tail"], on by default; set here so each test says so)."""
     from pyfuser.codegen import plan
 
     monkeypatch.setitem(plan.TUNING, "bf16_gelu_tail", True)
@@ -69,6 +74,38 @@ def test_bf16_gelu_tail_takes_the_fast_form_and_compiles_for_sm90(monkeypatch, o
     assert "ex2.approx.ftz.f32" in ptx and "mad.lo.u32" in ptx
 
 
+def _resource_usage(p) -> dict:
+    """ptxas's registers and stack bytes of a plan's sm_90 kernel, by the cuobjdump Triton ships."""
+    (cubin,) = compile_cubin([kernel_spec(p, specialized=True)])
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        usage = subprocess.run([tool, "-res-usage", path], capture_output=True, text=True, check=True).stdout
+    return {k: int(re.search(rf"{k}:(\d+)", usage).group(1)) for k in ("REG", "STACK")}
+
+
+def test_the_tail_kernel_is_capped_at_its_register_budget_without_spilling(monkeypatch):
+    from pyfuser.codegen import plan
+
+    cap = plan.TUNING["bf16_gelu_tail_max_registers"]
+    assert cap is not None
+    x = make((64, 4096), torch.bfloat16)
+    with FusionDefinition() as fd:
+        _gelu(fd, x)
+    (p,) = gpu_plans(monkeypatch, fd, [x])
+    assert p.max_registers == cap and p.compile_options()["maxnreg"] == cap
+    usage = _resource_usage(p)
+    assert usage["REG"] <= cap and usage["STACK"] == 0, usage
+    monkeypatch.setitem(plan.TUNING, "bf16_gelu_tail_max_registers", None)  # uncapped, it takes more
+    with FusionDefinition() as fd:
+        _gelu(fd, x)
+    (p,) = gpu_plans(monkeypatch, fd, [x])
+    assert p.max_registers is None and "maxnreg" not in p.compile_options()
+    assert _resource_usage(p)["REG"] > cap
+
+
 @pytest.mark.parametrize("kw", [dict(out_dtype=DataType.Float), dict(out_dtype=DataType.Half), dict(store="tanh"),
                                 dict(store="sum"), dict(store="product")],
                          ids=["fp32 output", "fp16 output", "tanh stored", "sum stored", "product stored"])
@@ -81,8 +118,12 @@ def test_the_tuning_switch_turns_it_off(monkeypatch):
     from pyfuser.codegen import plan
 
     monkeypatch.setitem(plan.TUNING, "bf16_gelu_tail", False)
-    src = _gpu_source(monkeypatch, make((8, 1024), torch.bfloat16))
-    assert MARK not in src and "_tanh_f32(v" in src
+    x = make((8, 1024), torch.bfloat16)
+    with FusionDefinition() as fd:
+        _gelu(fd, x)
+    (p,) = gpu_plans(monkeypatch, fd, [x])
+    assert MARK not in _body(p.source) and "_tanh_f32(v" in _body(p.source)
+    assert p.max_registers is None  # the exact kernel keeps ptxas's own choice
 
 
 def test_a_tail_other_than_one_plus_tanh_keeps_the_exact_tanh(monkeypatch):

@@ -21,7 +21,9 @@ import torch
 from ..ir.dtypes import to_torch_dtype
 from ..ir.nodes import Scalar, TensorView, Vector
 from ..ops.registry import OpKind
-from .kernel_builder import KernelBuilder, TensorParam, kernel_source, online_softmax_sums, welford_moments
+from . import gelu_tanh_bf16
+from .kernel_builder import (COMPILE_OPTIONS, KernelBuilder, TensorParam, kernel_source, online_softmax_sums,
+                             welford_moments)
 from .launcher import next_pow2
 from ..segment.loop_domain import LoopDomain, NotFusable, build_loop_domain, column_dims, memory_operands
 
@@ -62,6 +64,16 @@ class KernelPlan:
     # What a load prologue is emitted from (plan_kernel's ``prologue_of``, codegen/prologue.py): the builder, the
     # tensor params, the row/column runs, index64, the argument names of ``fixed``. None otherwise.
     prologue_state: Optional[dict] = None
+    # ptxas's register cap for this kernel (Triton's ``maxnreg``), where a form trades registers for
+    # instructions (TUNING["bf16_gelu_tail_max_registers"]); None: ptxas chooses.
+    max_registers: Optional[int] = None
+
+    def compile_options(self) -> dict:
+        """Triton's compile options for this kernel: the generated kernels' (kernel_builder.COMPILE_OPTIONS)
+        and its register cap (the interpreter ignores it)."""
+        if self.max_registers is None:
+            return dict(COMPILE_OPTIONS)
+        return {**COMPILE_OPTIONS, "maxnreg": self.max_registers}
 
     def compile_spec(self) -> tuple[dict, dict]:
         """(signature, constexprs) for ``triton.compile`` of this kernel ahead of time (e.g. for sm_90 in CI)."""
@@ -383,8 +395,12 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
     if prologue_of is not None:
         state = dict(kb=kb, params=params, row_runs=row_runs, col_runs=col_runs, index64=index64,
                      dims=list(dom.dims_of[id(prologue_of)]), fixed_names=fixed_names, sizes=sizes)
+    # The GELU tail's PTX block holds four lanes' operands at once (46 registers uncapped); capped, more programs
+    # fit per SM with no spill (sass_census.py).
+    uses_tail = gelu_tanh_bf16.TEMPLATE.split("(")[0] + "(" in source_body[source_body.index("def KERNEL("):]
+    max_registers = TUNING["bf16_gelu_tail_max_registers"] if uses_tail else None
     return KernelPlan(name, source, mode, pointer_inputs, outputs, scalar_vals, fixed, block_r, block_c, grid, num_warps,
-                      n_rows, n_cols, arg_types, tuple(kb.checks), state)
+                      n_rows, n_cols, arg_types, tuple(kb.checks), state, max_registers)
 
 
 def _coordinate_resolver(kb: KernelBuilder, dom: LoopDomain, sizes: dict, row_runs, col_runs, index64: bool):
@@ -645,10 +661,16 @@ TUNING = {
     # 0.2203 -> 0.2185 ms; the online sum with it for bf16 rows too stays slower (0.1420 ms).
     "wide_fast_exp_sums": True,
     # A bf16 tanh-GELU's tail with tanh's exp form and an exact fallback near bf16 rounding midpoints
-    # (codegen/gelu_tanh_bf16.py): 15% fewer instructions on the fast path, exact (GPU tests), but on the H100,
-    # where the kernel is memory-bound, 2-4% slower in two ab_trees.py rounds (-ab-gelu-tail-h100*.json: 46
-    # registers against 32), and on the H200 0.970-1.004x at the five roofline shapes (-ab-gelu-tail-h200.json).
-    "bf16_gelu_tail": False,
+    # (codegen/gelu_tanh_bf16.py): 15% fewer instructions on the fast path (sm_90, bf16 [16384, 4096]: 34.8 ->
+    # 29.4 per element), exact (GPU tests). Its PTX block holds four lanes' operands at once: uncapped, ptxas
+    # takes 46 registers against the exact kernel's 32 (5 programs of 8 warps per SM instead of 8), and the form
+    # lost: 2-4% on the H100 (-ab-gelu-tail-h100*.json), 0.970-1.004x on the H200 (-ab-gelu-tail-h200.json).
+    # Capped at 40 registers (no spill; 6 programs per SM) it wins on the H100 at all five roofline shapes, 3
+    # rounds (-tuning-gelu-tail-cap*-h100.json): [16384, 4096] 96.5 -> 95.5 us, [8191, 5000] 63.2 -> 63.3,
+    # [32768, 1024] 51.9 -> 50.6, [4096, 16384] 95.7 -> 94.3, [1024, 65536] 96.7 -> 95.0 (uncapped: 98.6-99.4,
+    # 64.2-64.6, 52.4-53.1 us). At 32 registers it spills (a 40-byte stack, 31.4 instructions per element).
+    "bf16_gelu_tail": True,
+    "bf16_gelu_tail_max_registers": 40,  # ptxas's register cap for a kernel with that tail (None: uncapped)
     # A variance over rows longer than wide_min_cols, in whole tiles, whose row input has elements of at least
     # this many bytes, accumulates its squared deviations in its mean's pass by Welford's update per lane
     # (kernel_builder.welford_moments): two passes over the row instead of three, two more lane accumulators.

@@ -14,7 +14,6 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from ..codegen.compiler import load_kernel
-from ..codegen.kernel_builder import COMPILE_OPTIONS
 from ..codegen.launcher import Launcher, triton_usable
 from ..codegen.plan import TensorMeta, plan_kernel, segment_metas
 from ..codegen.prologue import plan_prologue, prologue_segment
@@ -215,7 +214,7 @@ class ExecutionPlan:
         fallback = self._call_steps(seg, [e for e in seg.exprs if e not in scalar_exprs], slots, False,
                                     "input strides differ from the assumed layout")
         guards, bind_scalars = _guards_and_scalars(plan, metas, slots, runtime, expr_eval_outputs)
-        launcher = Launcher(None, plan.num_warps, name=plan.name, compile_options=COMPILE_OPTIONS)
+        launcher = Launcher(None, plan.num_warps, name=plan.name, compile_options=plan.compile_options())
         launcher.fn = load_kernel(plan.source, plan.name, owner=launcher)  # released with the launcher
         out_metas = [(tuple(metas[id(tv)].sizes), tuple(metas[id(tv)].strides), metas[id(tv)].dtype)
                      for tv in plan.outputs]
