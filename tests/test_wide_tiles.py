@@ -97,31 +97,48 @@ def test_each_form_takes_the_tiles_of_its_table_entry(case, io):
 def test_the_table_changes_only_the_forms_it_names(monkeypatch):
     wide = (8192, 4, 32, 264)
     monkeypatch.setitem(plan.TUNING, "wide_tiles", {"2 passes:2": (16384, 2), "2 passes online:4": (16384, 4, 3)})
-    assert plan._wide_tiles_of_form(wide, 65536, 1, 2, False, {}, 0) == (16384, 2, 32, 264)
-    assert plan._wide_tiles_of_form(wide, 65536, 1, 4, False, {}, 0) == wide  # fp32: no entry
+    assert plan._wide_tiles_of_form(wide, 65536, "2 passes:2") == (16384, 2, 32, 264)
+    assert plan._wide_tiles_of_form(wide, 65536, "2 passes:4") == wide  # fp32: no entry
     # an entry's third number: programs per SM
-    assert plan._wide_tiles_of_form(wide, 65536, 2, 4, True, {}, 0) == (16384, 4, 32, 3 * plan.sm_count())
-    assert plan._wide_tiles_of_form(wide, 65536, 2, 2, False, {}, 0) == wide  # three passes: no entry
+    assert plan._wide_tiles_of_form(wide, 65536, "2 passes online:4") == (16384, 4, 32, 3 * plan.sm_count())
+    assert plan._wide_tiles_of_form(wide, 65536, "3 passes:2") == wide  # three passes: no entry
     # a row narrower than the entry's tiles takes the tiles it has
-    assert plan._wide_tiles_of_form(wide, 20000, 1, 2, False, {}, 0) == (16384, 2, 32, 264)
-    assert plan._wide_tiles_of_form(wide, 16385, 1, 2, False, {}, 0)[:2] == (16384, 2)
+    assert plan._wide_tiles_of_form(wide, 20000, "2 passes:2") == (16384, 2, 32, 264)
+    assert plan._wide_tiles_of_form(wide, 16385, "2 passes:2")[:2] == (16384, 2)
     assert plan.wide_form(2, True, {}, 0) == "2 passes online"
     assert plan.wide_form(2, False, {1: None}, 8) == "2 passes welford vector"
     assert plan.wide_form(2, False, {}, 0) == "3 passes"
 
 
-@pytest.mark.parametrize("literal_cols", [False, True], ids=["n_cols an argument", "n_cols in the source"])
+def test_per_form_settings_name_forms_or_all_of_them():
+    assert plan._for_form(True, "3 passes:2") and plan._for_form(("3 passes:2",), "3 passes:2")
+    assert not plan._for_form(("2 passes:2",), "3 passes:2") and not plan._for_form(False, "3 passes:2")
+    assert not plan._for_form((), "3 passes:2") and not plan._for_form(True, None)  # None: not a wide kernel
+
+
+@pytest.mark.parametrize("variant", ["defaults", "plain", "literal cols", "serpentine", "both"])
 @pytest.mark.parametrize("cols", [32768, 40000], ids=["whole steps", "masked last step"])
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("io", [torch.bfloat16, torch.float32], ids=str)
-def test_wide_rows_in_their_tiles_equal_eager(monkeypatch, case, io, cols, literal_cols):
-    """Also with TUNING["wide_literal_cols"] (off by default): the row length a constant of the source."""
-    monkeypatch.setitem(plan.TUNING, "wide_literal_cols", literal_cols)
+def test_wide_rows_in_their_tiles_equal_eager(monkeypatch, case, io, cols, variant):
+    """Each form under its default per-form settings, and with TUNING["wide_literal_cols"] (the row length a
+    constant of the source) and TUNING["wide_serpentine"] (every second pass from the row's end; whole steps
+    only) each on or off for every form."""
+    if variant != "defaults":
+        monkeypatch.setitem(plan.TUNING, "wide_literal_cols", variant in ("literal cols", "both"))
+        monkeypatch.setitem(plan.TUNING, "wide_serpentine", variant in ("serpentine", "both"))
+    itemsize = torch.tensor([], dtype=io).element_size()
+    form = f"{CASES[case][2][itemsize]}:{itemsize}"
+    literal_cols = plan._for_form(plan.TUNING["wide_literal_cols"], form)
+    serpentine = plan._for_form(plan.TUNING["wide_serpentine"], form)
     x = _rows(io, cols)
     if cols == 40000:  # a column-major input too
         x = x.t().contiguous().t()
     out, ref, src = _run(case, x)
     assert (f"n_cols = n_cols_q * {cols}" in src) == literal_cols
+    passes = src.count(" in range(0, n_cols, ")
+    backward = src.count("for c00b in range(0, n_cols, ")
+    assert passes >= 2 and backward == (passes // 2 if serpentine and cols == 32768 else 0), (passes, backward)
     assert out.shape == ref.shape and out.stride() == ref.stride() and out.dtype == ref.dtype
     assert torch.equal(out.isnan(), ref.isnan())
     # Reductions in another order than eager's (and Welford's lanes, the fast exp of a softmax's sum on the GPU):

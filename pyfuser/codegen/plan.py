@@ -320,10 +320,6 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
         mode = "looped"
         wide = wide_rows(n_cols, itemsize, kb.max_level)
     n_cols_factor = _aligned_factor(n_cols, 1)
-    if wide is not None and TUNING["wide_literal_cols"]:
-        # The source's n_cols a constant (n_cols_q is then 1, which Triton's JIT specializes): the column loops'
-        # trip counts are known to the compiler, which may unroll them (plans are per exact shape already).
-        n_cols_factor = n_cols
     # (the element size of the row-sized tensors the kernel reads: what a wide kernel's later passes re-read)
     row_in_itemsize = min((p.dtype.itemsize for p in params if p.has_col and not p.is_output), default=itemsize)
     # A variance's moments in one pass (kernel_builder.welford_moments), in lanes of one vector of the row input
@@ -334,8 +330,14 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
     # A softmax's sums that wide rows add in their max's pass (online) or with the fast exp in a pass of their own
     softmax_sums = online_softmax_sums(kb) if wide is not None else {}
     online = bool(softmax_sums) and row_in_itemsize >= TUNING["wide_online_softmax_min_itemsize"]
+    form = None  # the wide kernel's form and row element size, for the knobs set per form (wide_form)
     if wide is not None and n_cols > TUNING["wide_min_cols"]:
-        wide = _wide_tiles_of_form(wide, n_cols, kb.max_level, row_in_itemsize, online, welford, welford_group)
+        form = f"{wide_form(kb.max_level, online, welford, welford_group)}:{row_in_itemsize}"
+        wide = _wide_tiles_of_form(wide, n_cols, form)
+    if _for_form(TUNING["wide_literal_cols"], form):
+        # The source's n_cols a constant (n_cols_q is then 1, which Triton's JIT specializes): the column loops'
+        # trip counts are known to the compiler, which may unroll them (plans are per exact shape already).
+        n_cols_factor = n_cols
     # Rows whose width is no multiple of every column tensor's 16-byte vector (Emitter.split_interior).
     min_itemsize = min((p.dtype.itemsize for p in params if p.has_col), default=16)
     ragged = (mode == "pointwise" and len(col_runs) == 1 and n_cols_factor * min_itemsize < 16 and not embedded
@@ -367,7 +369,8 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
                                 full_col_tiles,
                                 softmax_sums=softmax_sums, online_softmax=online,
                                 gelu_tail=TUNING["bf16_gelu_tail"], fast_exp_sums=TUNING["wide_fast_exp_sums"],
-                                welford=welford, welford_group=welford_group)
+                                welford=welford, welford_group=welford_group,
+                                serpentine=_for_form(TUNING["wide_serpentine"], form))
     name = "pf_" + mode + "_" + hashlib.sha1(source_body.encode()).hexdigest()[:12]
     source = source_body.replace("def KERNEL(", f"def {name}(")
     n_blocks_r = -(-n_rows // block_r)
@@ -660,6 +663,12 @@ TUNING = {
     # (results/2026-12-06-tuning-fast-exp-h100.json): bf16 0.1346 -> 0.1205 ms (66.0 -> 73.7% of copy), fp32
     # 0.2203 -> 0.2185 ms; the online sum with it for bf16 rows too stays slower (0.1420 ms).
     "wide_fast_exp_sums": True,
+    # Wide rows of whole steps walk every second pass from the row's end (Emitter.serpentine), so each pass starts
+    # on what the last one read most recently; by form, as wide_literal_cols. H100, sweep_tuning.py, [1024,
+    # 65536], 3 rounds, every form at once (results/2026-12-06-tuning-wide-serpentine-h100.json): fp32 softmax
+    # (its sum online) 215.4 -> 207.9 us (82.4 -> 85.4% of copy); the others lose up to 9% (bf16 LayerNorm
+    # 102.6 -> 111.7 us).
+    "wide_serpentine": ("2 passes online:4",),
     # A bf16 tanh-GELU's tail with tanh's exp form and an exact fallback near bf16 rounding midpoints
     # (codegen/gelu_tanh_bf16.py): 15% fewer instructions on the fast path (sm_90, bf16 [16384, 4096]: 34.8 ->
     # 29.4 per element), exact (GPU tests). Its PTX block holds four lanes' operands at once: uncapped, ptxas
@@ -689,8 +698,10 @@ TUNING = {
     # fp32 in lanes of one column): bf16 0.1269 -> 0.1112 ms (70.0 -> 79.9% of copy; 0.1222 in tiles of 4096),
     # fp32 0.2379 -> 0.2420 ms grouped (0.2646 in tiles of 4096), so fp32 rows keep lanes of one column.
     "wide_welford_grouped_max_itemsize": 2,
-    # Wide kernels with n_cols written into their source (see plan_kernel): built for a sweep, off until timed.
-    "wide_literal_cols": False,
+    # Wide kernels with n_cols written into their source (see plan_kernel), by form (True: every form; else the
+    # "<wide_form>:<bytes>" keys of wide_tiles it lists). Same run as wide_serpentine's, every form at once: bf16
+    # RMSNorm 104.1 -> 99.7 us (85.2 -> 88.9% of copy); the others lose 1-9%.
+    "wide_literal_cols": ("2 passes:2",),
     # (tile width, tiles per step[, programs per SM]) of wide rows (longer than wide_min_cols) by the kernel's
     # form and its row input's element size, "<plan.wide_form>:<bytes>", where a sweep found them better than
     # (wide_block_c, wide_unroll, wide_programs_per_sm). H100, [1024, 65536], sweep_tuning.py, 2 rounds
@@ -745,16 +756,23 @@ def wide_form(max_level: int, online: bool, welford: dict, welford_group: int) -
     return f"{passes} passes{' online' if online else ''}{lanes}"
 
 
-def _wide_tiles_of_form(wide: tuple, n_cols: int, max_level: int, itemsize: int, online: bool, welford: dict,
-                        welford_group: int) -> tuple:
+def _wide_tiles_of_form(wide: tuple, n_cols: int, form: str) -> tuple:
     """``wide`` with the tile width, tiles per step and (where given) programs per SM that TUNING["wide_tiles"]
-    gives the kernel's form."""
-    entry = TUNING["wide_tiles"].get(f"{wide_form(max_level, online, welford, welford_group)}:{itemsize}")
+    gives the kernel's ``form`` ("<wide_form>:<the row inputs' element bytes>")."""
+    entry = TUNING["wide_tiles"].get(form)
     if not entry:
         return wide
     block_c = min(entry[0], next_pow2(n_cols))
     programs = entry[2] * sm_count() if len(entry) > 2 else wide[3]
     return block_c, max(min(entry[1], -(-n_cols // block_c)), 1), wide[2], programs
+
+
+def _for_form(setting, form: Optional[str]) -> bool:
+    """Whether a per-form TUNING setting (True: every wide form; False or (): none; else the form keys it lists)
+    applies to a wide kernel of ``form`` (None: not wide)."""
+    if form is None or not setting:
+        return False
+    return setting is True or form in setting
 
 
 _SM_COUNT: list = []
