@@ -558,7 +558,7 @@ class Emitter:
                  mode: str, index64: bool, n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0,
                  split_interior: int = 0, full_col_tiles: bool = False, online: Optional[dict] = None,
                  welford: Optional[dict] = None, fast_exp_sums: frozenset = frozenset(),
-                 sum_exp: str = "tl.exp", welford_group: int = 0, serpentine: bool = False):
+                 sum_exp: str = "tl.exp", welford_group: int = 0):
         assert mode in ("pointwise", "persistent", "looped")
         assert not split_interior or mode == "pointwise"
         assert not full_col_tiles or not (split_interior or row_tiles)
@@ -589,12 +589,6 @@ class Emitter:
         # column loops, unrolled (all their loads in flight at once), and a grid of a few programs per SM, each
         # walking rows in turn, so that the rows being read fit in L2 and later passes re-read them from there.
         self.wide = wide
-        # Wide rows of whole steps: every second pass over the row walks it from its end, so that it starts with
-        # what the pass before it read last, which is still in L2 (a row is 128-256 KiB, and a few hundred are
-        # in flight). A pass with Welford lanes stays forward (its update counts the tiles seen so far).
-        self.serpentine = serpentine and bool(wide) and full_col_tiles
-        self._backward = False  # the pass being written would walk the row from its end
-        self._walked_back = True  # the last pass written did (so the first goes forward)
         # A softmax's row sum of exp(x - max) accumulated in the pass of its max (wide rows: see
         # _online_softmax_sums): the sum's uid -> the max, whose pass then computes both.
         self.online = online or {}
@@ -884,7 +878,6 @@ class Emitter:
                     continue
                 ident = identity_literal(v.reduction, v.dtype)
                 self.w(f"acc{v.uid} = tl.full([BLOCK_R, BLOCK_C], {ident}, {TL_DTYPE[v.dtype]})")
-            self._backward = not self._walked_back and not any(v.uid in self.welford for v in these)
             for scope, masked in self._column_tiles(top, tiles):
                 for v in these:
                     x = v.operands[0]
@@ -923,7 +916,6 @@ class Emitter:
             for p, v in full_stores:
                 self._emit_row_deps(v, top)
             self._load_policy = "evict_first" if self.wide else ""
-            self._backward = not self._walked_back
             for scope, _ in self._column_tiles(top, tiles):
                 for p, v in full_stores:
                     self.emit_node(v, scope, f"rmask & cmask{self.sfx}")
@@ -1020,12 +1012,7 @@ class Emitter:
         """Write a column loop's header and the tile's coordinates; returns the indent its body is at."""
         if self.wide:
             # The ``wide`` tiles' bodies side by side: a tile's accumulation does not wait for the next one's loads.
-            backward = self._walked_back = self.serpentine and self._backward
-            if backward:  # the steps from the row's last (whole steps: n_cols is a multiple of one)
-                self.w(f"for c00b in range(0, n_cols, {self.wide} * BLOCK_C):")
-                self.w(f"    c00 = n_cols - {self.wide} * BLOCK_C - c00b")
-            else:
-                self.w(f"for c00 in range(0, n_cols, {self.wide} * BLOCK_C):")
+            self.w(f"for c00 in range(0, n_cols, {self.wide} * BLOCK_C):")
             self.w(f"    for cu in tl.static_range({self.wide}):")
             self.w("        c0 = c00 + cu * BLOCK_C")
             depth = 2
@@ -1280,15 +1267,14 @@ def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, 
                   n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0, lanes_per_thread: int = 1,
                   split_interior: int = 0, full_col_tiles: bool = False, softmax_sums: Optional[dict] = None,
                   online_softmax: bool = True, gelu_tail: bool = True, welford: Optional[dict] = None,
-                  fast_exp_sums: bool = False, welford_group: int = 0, serpentine: bool = False) -> str:
+                  fast_exp_sums: bool = False, welford_group: int = 0) -> str:
     """``lanes_per_thread``: elements of a [BLOCK_R, BLOCK_C] tile each thread holds (1 where unknown).
     ``split_interior``, ``full_col_tiles``: see Emitter. ``softmax_sums``: online_softmax_sums' result (wide
     rows). ``online_softmax``: wide rows accumulate those sums in their max's pass. ``gelu_tail``:
     _bf16_tanh_gelu_tails. ``welford``: the variances (welford_moments' result) whose squared deviations wide
     rows of whole tiles accumulate in the mean's pass, in lanes of ``welford_group`` columns (0: one).
     ``fast_exp_sums``: the terms of wide rows' softmax sums take _exp_ftz (two instructions), online, or in the
-    sum's own pass where that sum is not online (where it adds libdevice's exp otherwise). ``serpentine``: wide
-    rows of whole steps walk every second pass from the row's end (Emitter.serpentine)."""
+    sum's own pass where that sum is not online (where it adds libdevice's exp otherwise)."""
     _mark_arithmetic_min_max(kb)
     if lanes_per_thread % 4 == 0 and not interpreting():
         _bf16_row_divisions(kb)
@@ -1302,7 +1288,6 @@ def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, 
     sum_exp = "_exp_ftz" if fast_exp_sums and not interpreting() else "tl.exp"  # (the interpreter runs no PTX)
     moments = welford if wide and full_col_tiles else None
     body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64, n_cols_factor, row_tiles, wide,
-                   split_interior, full_col_tiles, online, moments, fast, sum_exp, welford_group,
-                   serpentine).source(name)
+                   split_interior, full_col_tiles, online, moments, fast, sum_exp, welford_group).source(name)
     header = "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n"
     return header + PRELUDE + "\n\n" + body

@@ -369,8 +369,7 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
                                 full_col_tiles,
                                 softmax_sums=softmax_sums, online_softmax=online,
                                 gelu_tail=TUNING["bf16_gelu_tail"], fast_exp_sums=TUNING["wide_fast_exp_sums"],
-                                welford=welford, welford_group=welford_group,
-                                serpentine=_for_form(TUNING["wide_serpentine"], form))
+                                welford=welford, welford_group=welford_group)
     name = "pf_" + mode + "_" + hashlib.sha1(source_body.encode()).hexdigest()[:12]
     source = source_body.replace("def KERNEL(", f"def {name}(")
     n_blocks_r = -(-n_rows // block_r)
@@ -663,12 +662,6 @@ TUNING = {
     # (results/2026-12-06-tuning-fast-exp-h100.json): bf16 0.1346 -> 0.1205 ms (66.0 -> 73.7% of copy), fp32
     # 0.2203 -> 0.2185 ms; the online sum with it for bf16 rows too stays slower (0.1420 ms).
     "wide_fast_exp_sums": True,
-    # Wide rows of whole steps walk every second pass from the row's end (Emitter.serpentine), so each pass starts
-    # on what the last one read most recently; by form, as wide_literal_cols. H100, sweep_tuning.py, [1024,
-    # 65536], 3 rounds, every form at once (results/2026-12-06-tuning-wide-serpentine-h100.json): fp32 softmax
-    # (its sum online) 215.4 -> 207.9 us (82.4 -> 85.4% of copy); the others lose up to 9% (bf16 LayerNorm
-    # 102.6 -> 111.7 us).
-    "wide_serpentine": ("2 passes online:4",),
     # A bf16 tanh-GELU's tail with tanh's exp form and an exact fallback near bf16 rounding midpoints
     # (codegen/gelu_tanh_bf16.py): 15% fewer instructions on the fast path (sm_90, bf16 [16384, 4096]: 34.8 ->
     # 29.4 per element), exact (GPU tests). Its PTX block holds four lanes' operands at once: uncapped, ptxas
@@ -699,8 +692,10 @@ TUNING = {
     # fp32 0.2379 -> 0.2420 ms grouped (0.2646 in tiles of 4096), so fp32 rows keep lanes of one column.
     "wide_welford_grouped_max_itemsize": 2,
     # Wide kernels with n_cols written into their source (see plan_kernel), by form (True: every form; else the
-    # "<wide_form>:<bytes>" keys of wide_tiles it lists). Same run as wide_serpentine's, every form at once: bf16
-    # RMSNorm 104.1 -> 99.7 us (85.2 -> 88.9% of copy); the others lose 1-9%.
+    # "<wide_form>:<bytes>" keys of wide_tiles it lists). H100, sweep_tuning.py, [1024, 65536], 3 rounds, every
+    # form at once (results/2026-12-06-tuning-wide-serpentine-h100.json): bf16 RMSNorm 104.1 -> 99.7 us (85.2
+    # -> 88.9% of copy), the others 1-9% slower; on another H100, that form alone (-tuning-wide-s17-h100.json):
+    # 102.3 -> 98.6 us.
     "wide_literal_cols": ("2 passes:2",),
     # (tile width, tiles per step[, programs per SM]) of wide rows (longer than wide_min_cols) by the kernel's
     # form and its row input's element size, "<plan.wide_form>:<bytes>", where a sweep found them better than
