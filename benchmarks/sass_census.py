@@ -21,9 +21,7 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -58,20 +56,12 @@ def plans_for(name: str, rows: int, cols: int, dtype: torch.dtype) -> list:
 
 def census(p, dump: str | None = None, label: str = "") -> dict:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-    from sm90 import compile_cubin, kernel_spec
-
-    import triton
+    from sm90 import compile_cubin, cuobjdump, kernel_spec, resource_usage
 
     (cubin,) = compile_cubin([kernel_spec(p, specialized=True)])
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "kernel.cubin")
-        with open(path, "wb") as f:
-            f.write(cubin)
-        sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True, check=True).stdout
-        usage = subprocess.run([tool, "-res-usage", path], capture_output=True, text=True, check=True).stdout
-    reg, stack, shared = (re.search(rf"{k}:(\d+)", usage) for k in ("REG", "STACK", "SHARED"))
-    info = {k: int(m.group(1)) if m else None for k, m in (("regs", reg), ("stack", stack), ("shared", shared))}
+    sass = cuobjdump(cubin, "-sass")
+    usage = resource_usage(cubin)
+    info = {"regs": usage["REG"], "stack": usage["STACK"], "shared": usage["SHARED"]}
     ops = [m.group(2) for m in map(_INSTR.search, sass.splitlines()) if m]
     ops = [o for o in ops if o != "NOP"]
     rare = len(_rare_path(sass))

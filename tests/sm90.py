@@ -10,8 +10,10 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
 
 
 _COMPILE = """
@@ -75,6 +77,25 @@ def compile_ptx(specs: list) -> list[str]:
 def compile_cubin(specs: list) -> list[bytes]:
     """The sm_90a cubin of each kernel_spec (for cuobjdump: benchmarks/sass_census.py)."""
     return [base64.b64decode(c) for c in _compile(specs, "--cubin")]
+
+
+def cuobjdump(cubin: bytes, flag: str) -> str:
+    """The output of the cuobjdump Triton ships for ``cubin``: ``-sass`` its SASS, ``-res-usage`` its resources."""
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        return subprocess.run([tool, flag, path], capture_output=True, text=True, check=True).stdout
+
+
+def resource_usage(cubin: bytes) -> dict:
+    """ptxas's registers, stack bytes and static shared memory of a cubin's kernel (None where not reported)."""
+    usage = cuobjdump(cubin, "-res-usage")
+    found = {k: re.search(rf"{k}:(\d+)", usage) for k in ("REG", "STACK", "SHARED")}
+    return {k: int(m.group(1)) if m else None for k, m in found.items()}
 
 
 def _compile(specs: list, *flags: str) -> list:

@@ -6,11 +6,6 @@ results with the exact form over every fp32 z for a set of h. Without a GPU: whi
 which keep the exact one), and that the kernel compiles for sm_90 within its register cap, without spilling.
 """
 
-import os
-import re
-import subprocess
-import tempfile
-
 import pytest
 import torch
 
@@ -18,7 +13,7 @@ from pyfuser import DataType, FusionDefinition
 from pyfuser.codegen import gelu_tanh_bf16
 from pyfuser.codegen.kernel_builder import COMPILE_OPTIONS, PRELUDE
 from harness import DEVICE, load_source_module, make
-from sm90 import compile_cubin, compile_ptx, gpu_plans, kernel_spec
+from sm90 import compile_cubin, compile_ptx, gpu_plans, kernel_spec, resource_usage
 
 triton = pytest.importorskip("triton")
 MARK = gelu_tanh_bf16.TEMPLATE.split("(")[0] + "("
@@ -75,15 +70,9 @@ def test_bf16_gelu_tail_takes_the_fast_form_and_compiles_for_sm90(monkeypatch, o
 
 
 def _resource_usage(p) -> dict:
-    """ptxas's registers and stack bytes of a plan's sm_90 kernel, by the cuobjdump Triton ships."""
+    """ptxas's registers and stack bytes of a plan's sm_90 kernel."""
     (cubin,) = compile_cubin([kernel_spec(p, specialized=True)])
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "kernel.cubin")
-        with open(path, "wb") as f:
-            f.write(cubin)
-        usage = subprocess.run([tool, "-res-usage", path], capture_output=True, text=True, check=True).stdout
-    return {k: int(re.search(rf"{k}:(\d+)", usage).group(1)) for k in ("REG", "STACK")}
+    return resource_usage(cubin)
 
 
 def test_the_tail_kernel_is_capped_at_its_register_budget_without_spilling(monkeypatch):
