@@ -6,12 +6,12 @@ Run anywhere Triton is installed (a CPU machine will do):
 
 Each case is planned as the GPU would plan it (the kernels' GPU sources, 132 SMs, launches skipped), compiled
 for sm_90a with the launch options pyfuser uses, and disassembled with the cuobjdump Triton ships. Printed per
-kernel: SASS instructions, MUFU (special-function) instructions, registers, stack bytes (spills), and, for
-kernels without loops, static instructions per element (each thread runs its code once for its share of the
-program's elements; a rarely taken branch, such as the bf16 row division's exact path, counts as if it ran), and
-the same without the rarely taken exact paths (``hot_per_elem``: what a warp that takes none of them issues).
-Why: bf16 kernels can be bound by instruction issue (tanh-GELU is), and an instruction count is the cheapest
-A/B there is, with or without a GPU.
+kernel: SASS instructions, MUFU (special-function) instructions, registers, stack bytes (spills), programs per
+SM by registers and threads, and, for kernels without loops, static instructions per element (each thread runs
+its code once for its share of the program's elements; a rarely taken branch, such as the bf16 row division's
+exact path, counts as if it ran), and the same without the rarely taken exact paths (``hot_per_elem``: what a
+warp that takes none of them issues). Why: bf16 kernels can be bound by instruction issue (tanh-GELU is), and an
+instruction count is the cheapest A/B there is, with or without a GPU.
 ``--dump DIR`` writes each kernel's source and SASS.
 """
 
@@ -70,7 +70,7 @@ def census(p, dump: str | None = None, label: str = "") -> dict:
     threads = 32 * p.num_warps
     elems = _elements_per_program(p)
     row = {"kernel": p.name, "warps": p.num_warps, "sass": len(ops), "mufu": sum(o.startswith("MUFU") for o in ops),
-           **info, "loops": loops}
+           **info, "programs_per_sm": programs_per_sm(info["regs"], p.num_warps), "loops": loops}
     if elems and not loops:
         row["per_elem"] = round(len(ops) * threads / elems, 1)
         row["hot_per_elem"] = round((len(ops) - rare) * threads / elems, 1)
@@ -81,6 +81,15 @@ def census(p, dump: str | None = None, label: str = "") -> dict:
         with open(os.path.join(dump, f"{label}{p.name}.sass"), "w") as f:
             f.write(sass)
     return row
+
+
+def programs_per_sm(regs: int, warps: int) -> int:
+    """Programs of ``warps`` warps that fit on one sm_90 SM by their registers and threads (65536 registers,
+    allocated per warp in units of 8 per thread; 2048 threads; 32 programs). Shared memory is not counted: the
+    generated kernels' is dynamic and small. Why: a kernel whose registers halve its programs per SM can lose
+    what its fewer instructions gain (the bf16 tanh-GELU tail at 46 registers, docs/codegen.md)."""
+    per_warp = 32 * -(-max(regs, 1) // 8) * 8
+    return min(65536 // (per_warp * warps), 2048 // (32 * warps), 32)
 
 
 _BRANCH = re.compile(r"/\*([0-9a-f]{4})\*/\s+@!P\d+\s+BRA\s+(0x[0-9a-f]+)")
