@@ -2,6 +2,7 @@
 
 Run on the GPU machine:  python benchmarks/ab_trees.py --base OTHER_TREE [--cases softmax,layernorm]
                              [--shapes 8191x5000,16384x4096] [--dtypes bf16,fp32] [--rounds 2] [--out DIR]
+                         python benchmarks/ab_trees.py --base OTHER_TREE --suite nvfp4-decode [--rounds 3]
 
 OTHER_TREE is a checkout of another commit (``git worktree add`` or ``git archive REV | tar -x``). Each round
 times every selected case of bench_fusions.py in the other tree and in this one, each tree in a subprocess of
@@ -9,12 +10,18 @@ its own (each imports its own pyfuser), alternating, so that drift of the machin
 differences. Cases are checked against eager before they are timed. Prints and writes (DIR/<date>-ab-<tag>.json)
 % of copy bandwidth per case and tree, and the ratio of the two times (base over this tree: above 1, this tree
 is faster).
+
+``--suite nvfp4-decode`` times bench_nvfp4.py's decode-sized layout op and grouped quantize instead (8 experts, 16
+tokens each; one-op fusions through ``fd.execute``, the offsets' device check on and off) and, in the same process,
+a copy of the same bytes; each is the median of 12 interleaved do_bench medians (microsecond kernels: one
+do_bench median moves by about 0.3 us from call to call).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import subprocess
@@ -48,8 +55,61 @@ def worker(cases: list[str], shapes: list[tuple[int, int]], dtypes: list[str]) -
                                   "pct_copy_bw": 100 * moved / (ms * 1e-3) / 1e9 / copy_bw}), flush=True)
 
 
+def decode_worker() -> None:
+    """Time bench_nvfp4's decode-sized layout op and grouped quantize of the tree this process runs in, with the
+    offsets' device check on and off, against a copy of the same bytes; one JSON line per row."""
+    import statistics
+
+    import torch
+    import triton.testing
+
+    sys.path.insert(0, os.path.join(os.getcwd(), "benchmarks"))
+    import bench_nvfp4 as bn
+    from pyfuser import DataType, FusionDefinition
+
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    big_k, cases = bn.layout_cases(False)
+    _, m, counts = cases[0]  # decode 8x16
+    starts, sf_starts = (t.to(dev) for t in bn.offsets_for(counts))
+    k = big_k // 16
+    pk = (k + 3) // 4 * 4
+    scales = (torch.rand(m, k, device=dev) * 400 + 1).to(torch.float8_e4m3fn)
+    x = torch.randn(m, big_k, device=dev, dtype=torch.bfloat16)
+    with FusionDefinition() as fl:
+        s = bn.define_input(fl, DataType.Float8_e4m3fn, 2)
+        fl.add_output(fl.ops.preprocess_grouped_matmul_input_sf(s, bn.define_input(fl, DataType.Int32, 1),
+                                                                 bn.define_input(fl, DataType.Int32, 1)))
+    with FusionDefinition() as fq:
+        xi = bn.define_input(fq, DataType.BFloat16, 2)
+        for o in fq.ops.nv_grouped_block_quantize(xi, bn.define_input(fq, DataType.Int32, 1),
+                                                  bn.define_input(fq, DataType.Int32, 1)):
+            fq.add_output(o)
+    padded = (m + 127 * bn.E) * pk  # the whole zero-filled scale buffer is written
+    ops = {"layout op": (fl, [scales, starts, sf_starts], m * k + padded, [m, k]),
+           "grouped quantize": (fq, [x, starts, sf_starts], m * big_k * 2 + m * big_k // 2 + padded, [m, big_k])}
+    fns = {}
+    for name, (fd, args, nbytes, _) in ops.items():
+        a = torch.empty(nbytes // 2, dtype=torch.uint8, device=dev)
+        fns[(name, "copy")] = functools.partial(torch.Tensor.copy_, torch.empty_like(a), a)
+        fns[(name, "checks device")] = functools.partial(fd.execute, args)
+        fns[(name, "checks off")] = functools.partial(fd.execute, args, _disable_options=bn.NO_CHECKS)
+    for fn in fns.values():
+        fn()
+    times = {key: [] for key in fns}
+    for _ in range(12):
+        for key, fn in fns.items():
+            times[key].append(triton.testing.do_bench(fn, warmup=5, rep=40, return_mode="median"))
+    for (name, impl), ts in times.items():
+        if impl == "copy":
+            continue
+        ms, copy_ms = statistics.median(ts), statistics.median(times[(name, "copy")])
+        print(json.dumps({"case": f"{name}, {impl}", "shape": ops[name][3], "ms": ms, "copy_ms": copy_ms,
+                          "pct_copy_bw": 100 * copy_ms / ms}), flush=True)
+
+
 def run_tree(tree: str, args) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--cases", args.cases,
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--suite", args.suite, "--cases", args.cases,
            "--shapes", args.shapes, "--dtypes", args.dtypes]
     env = dict(os.environ, PYTHONPATH=tree)
     out = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
@@ -69,9 +129,15 @@ def main() -> None:
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--tag", default="", help="suffix of the result file's name, after a dash (--tag h200: "
                                               "<date>-ab-h200.json)")
+    ap.add_argument("--suite", choices=("fusions", "nvfp4-decode"), default="fusions",
+                    help="fusions: bench_fusions' cases; nvfp4-decode: the decode-sized NVFP4 layout op and grouped "
+                         "quantize (pct_copy_bw is then the same-size copy's time over the op's)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    if args.worker and args.suite == "nvfp4-decode":
+        decode_worker()
+        return
     if args.worker:
         worker(args.cases.split(","), shapes, args.dtypes.split(","))
         return

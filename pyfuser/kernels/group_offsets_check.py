@@ -49,13 +49,23 @@ def group_offsets_bits(starts_ptr, outs_ptr, sizes_ptr, g, m, capacity, n, k, si
 
 
 @triton.jit
+def or_into_flags(flag_ptr, bits):
+    """ORs ``bits`` into the int32 flag at ``flag_ptr`` (pinned host memory: sticky across calls), touching it only
+    when a bit is set. Its read-modify-write crosses the host link, and the program that makes it (program 0 of
+    an op kernel that runs the check) finishes no sooner; valid offsets, every call but a faulty one, set no bit,
+    so the kernel never waits on host memory."""
+    bad = bits != 0
+    tl.store(flag_ptr, tl.load(flag_ptr, mask=bad, other=0) | bits, mask=bad)
+
+
+@triton.jit
 def _group_offsets_check_kernel(starts_ptr, outs_ptr, sizes_ptr, flags_ptr, slot, g, m, capacity, n, k,
                                 sizes_stride, EVERY_ROW: tl.constexpr, HAS_OUTS: tl.constexpr,
                                 HAS_SIZES: tl.constexpr, BLOCK: tl.constexpr):
     flags = group_offsets_bits(starts_ptr, outs_ptr, sizes_ptr, g, m, capacity, n, k, sizes_stride, EVERY_ROW,
                                HAS_OUTS, HAS_SIZES, BLOCK)
-    # The flags are pinned host memory (one program writes this slot): a plain read-modify-write keeps them sticky.
-    tl.store(flags_ptr + slot, tl.load(flags_ptr + slot) | flags)
+    # (one program writes this slot: a plain read-modify-write keeps the flags sticky)
+    or_into_flags(flags_ptr + slot, flags)
 
 
 def check_block(g: int) -> int:

@@ -80,7 +80,7 @@ from ..ops import narrow_precision as ops
 from ..ops.offset_checks import PreparedGroupCheck
 from ..ops.registry import attach
 from ..nvfp4.gemm_contract import check_operands, contract_error, out_torch_dtype
-from .group_offsets_check import fused_check_args, group_offsets_bits
+from .group_offsets_check import fused_check_args, group_offsets_bits, or_into_flags
 
 __all__ = ["GemmConfig", "GroupedGemm", "default_config", "integer_config", "nvfp4_grouped_mm",
            "tensor_core_config"]
@@ -485,7 +485,7 @@ def _fused_offsets_check(flags_ptr, ps_ptr, eoff_ptr, sfoff_ptr, G, check_m, che
     the GEMM's launch instead of a launch of its own."""
     bits = group_offsets_bits(eoff_ptr, sfoff_ptr, ps_ptr, G, check_m, check_capacity, check_n, check_k,
                               stride_ps, CHECK_EVERY_ROW, True, True, CHECK_BLOCK)
-    tl.store(flags_ptr, tl.load(flags_ptr) | bits)  # (pinned host flags: sticky, as the check kernel's)
+    or_into_flags(flags_ptr, bits)
 
 
 @triton.jit

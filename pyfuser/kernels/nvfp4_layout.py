@@ -77,7 +77,7 @@ from ..ops import narrow_precision as ops
 from ..ops.offset_checks import PreparedGroupCheck
 from ..ops.common import round_up
 from ..ops.registry import attach
-from .group_offsets_check import fused_check_args, group_offsets_bits
+from .group_offsets_check import fused_check_args, group_offsets_bits, or_into_flags
 
 # constexpr: jitted code may only read globals that are constexpr (the interpreter does not enforce it).
 FLOAT4_E2M1_MAX = tl.constexpr(6.0)
@@ -161,7 +161,7 @@ def _offsets_check(flags_ptr, in_offsets_ptr, out_offsets_ptr, g, check_m, check
     the same extents), ORed into the call's flag by the one program that calls this: no launch of its own."""
     bits = group_offsets_bits(in_offsets_ptr, out_offsets_ptr, in_offsets_ptr, g, check_m, check_capacity, 0, 0, 0,
                               EVERY_ROW, True, False, BLOCK)
-    tl.store(flags_ptr, tl.load(flags_ptr) | bits)  # (pinned host flags: sticky, as the check kernel's)
+    or_into_flags(flags_ptr, bits)
 
 
 @triton.jit
