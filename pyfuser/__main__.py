@@ -48,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(func=_demo)
 
-    ops = commands.add_parser("ops", help="list the registered ops by kind", description="List the registered ops by kind.")
+    ops = commands.add_parser(
+        "ops", help="list the registered ops by kind", description="List the registered ops by kind."
+    )
     ops.set_defaults(func=_ops)
     return parser
 

@@ -414,7 +414,8 @@ class KernelBuilder:
                 # -0.0 and subnormals as their bit pattern: Triton turns a zero constant into +0.0 (tl.full's
                 # null value, and '-0.0' in source is 0 - 0.0), and types an fp32-subnormal Python float as fp64.
                 int_dt = _INT_OF_WIDTH[dtype.itemsize]
-                return self.op(f"tl.full([], {bits}, {TL_DTYPE[int_dt]}).to({TL_DTYPE[dtype]}, bitcast=True)", [], dtype)
+                return self.op(f"tl.full([], {bits}, {TL_DTYPE[int_dt]}).to({TL_DTYPE[dtype]}, bitcast=True)", [],
+                               dtype)
             lit = repr(value) if value == value and abs(value) != float("inf") else f'float("{value}")'
             if dtype != torch.float32:  # a bare float literal is fp32 in Triton
                 return self.op(f"tl.full([], {lit}, {TL_DTYPE[dtype]})", [], dtype)
@@ -642,7 +643,8 @@ class Emitter:
     def _offset(terms: list, coords: list[str], base: str) -> str:
         if not terms:
             return f"{base} * 0"  # a block of zeros, so pointer and mask shapes agree
-        return " + ".join(f"{coords[i]} * {stride}" if f == 1 else f"{coords[i]} * ({stride} * {f})" for i, stride, f in terms)
+        return " + ".join(f"{coords[i]} * {stride}" if f == 1 else f"{coords[i]} * ({stride} * {f})"
+                          for i, stride, f in terms)
 
     # --- emission ------------------------------------------------------------------------------------------
     def emit_node(self, v: KValue, scope: _Scope, col_mask: str) -> None:

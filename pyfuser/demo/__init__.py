@@ -214,7 +214,9 @@ def compare_output(out, ref, out_inputs: list, ref_inputs: list) -> list[str]:
     if out.numel() > 1 and _nontrivial_strides(out) != _nontrivial_strides(ref):
         problems.append(f"strides {out.stride()} != {ref.stride()}")
     if _aliased_input(out, out_inputs) != _aliased_input(ref, ref_inputs):
-        problems.append(f"aliases input {_aliased_input(out, out_inputs)}, eager aliases {_aliased_input(ref, ref_inputs)}")
+        problems.append(
+            f"aliases input {_aliased_input(out, out_inputs)}, eager aliases {_aliased_input(ref, ref_inputs)}"
+        )
     if out.dtype == ref.dtype:
         atol, rtol = TOLERANCES.get(ref.dtype, (0, 0))
         if not torch.allclose(out, ref.to(out.device), atol=atol, rtol=rtol, equal_nan=True):
@@ -407,7 +409,9 @@ def run_moe(device: torch.device, out: TextIO) -> str:
     return verdict
 
 
-def run(device: str = "auto", size: str = "auto", cases: Optional[list[str]] = None, out: Optional[TextIO] = None) -> int:
+def run(
+    device: str = "auto", size: str = "auto", cases: Optional[list[str]] = None, out: Optional[TextIO] = None
+) -> int:
     """Run the demo; returns the process exit code (1 if any case failed)."""
     out = sys.stdout if out is None else out  # looked up at call time, so redirected stdout is honoured
     dev = pick_device(device)

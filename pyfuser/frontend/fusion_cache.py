@@ -141,7 +141,9 @@ class LRUCache:
         """The executor for ``fusion`` (a Fusion, or a FusionDefinition), shared with any structurally equal one."""
         fusion = _fusion_of(fusion)
         if not fusion.frozen:
-            raise FusionDefinitionError("cache_compile: the fusion is still being defined (leave the `with` block first)")
+            raise FusionDefinitionError(
+                "cache_compile: the fusion is still being defined (leave the `with` block first)"
+            )
         refuse_device_meshes(fusion, "LRUCache.cache_compile")  # before the lookup: shardings are not in the key
         key = structural_key(fusion)
         with self._lock:

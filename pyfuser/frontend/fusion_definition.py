@@ -53,7 +53,9 @@ class FusionDefinition:
             return fec.fusion()
         fusion = self.__dict__.get("_fusion")
         if fusion is None:
-            raise FusionDefinitionError("the FusionDefinition is empty: define it inside `with FusionDefinition() as fd:`")
+            raise FusionDefinitionError(
+                "the FusionDefinition is empty: define it inside `with FusionDefinition() as fd:`"
+            )
         return fusion
 
     @property
@@ -146,7 +148,9 @@ class FusionDefinition:
         shape = list(shape)
         for i, s in enumerate(shape):
             if not isinstance(s, numbers.Integral) or isinstance(s, bool) or s < -1:
-                raise FusionDefinitionError(f"define_tensor: shape[{i}]={s!r} must be -1 (symbolic), 1 (broadcast) or an extent >= 0")
+                raise FusionDefinitionError(
+                    f"define_tensor: shape[{i}]={s!r} must be -1 (symbolic), 1 (broadcast) or an extent >= 0"
+                )
         return [int(s) for s in shape]
 
     def _define_from_shape(self, shape, contiguity, dtype, is_cpu, stride_order) -> TensorView:
@@ -160,11 +164,14 @@ class FusionDefinition:
             contiguity = [None if shape[d] == 1 else flag for d in order]
         if not isinstance(contiguity, (list, tuple)):
             raise FusionDefinitionError(
-                f"define_tensor: contiguity must be a bool or a list of True/False/None, got {type(contiguity).__name__}"
+                "define_tensor: contiguity must be a bool or a list of True/False/None, "
+                f"got {type(contiguity).__name__}"
             )
         contiguity = list(contiguity)
         if len(contiguity) != rank:
-            raise FusionDefinitionError(f"define_tensor: contiguity has {len(contiguity)} entries but shape has rank {rank}")
+            raise FusionDefinitionError(
+                f"define_tensor: contiguity has {len(contiguity)} entries but shape has rank {rank}"
+            )
         if dtype is DataType.Float4_e2m1fn_x2 and rank > 0:
             # Packed pairs become FP4 elements: the fastest allocation dim doubles (frontend.md "Packed FP4").
             dtype, inner = DataType.Float4_e2m1fn, order[-1]
@@ -180,7 +187,8 @@ class FusionDefinition:
             if shape[d] == 1:
                 if c is not None:
                     raise FusionDefinitionError(
-                        f"define_tensor: dim {d} has shape 1 (a broadcast), so its contiguity (position {pos}) must be None, got {c}"
+                        f"define_tensor: dim {d} has shape 1 (a broadcast), so its contiguity (position {pos}) "
+                        f"must be None, got {c}"
                     )
                 domain[d] = IterDomain.broadcast()
             elif c is None:
@@ -188,7 +196,9 @@ class FusionDefinition:
             else:
                 domain[d] = IterDomain.iteration(None if shape[d] < 0 else shape[d])
         if is_cpu and rank != 0:
-            raise FusionDefinitionError(f"define_tensor: is_cpu=True is only allowed for 0-dim tensors, got rank {rank}")
+            raise FusionDefinitionError(
+                f"define_tensor: is_cpu=True is only allowed for 0-dim tensors, got rank {rank}"
+            )
         tv = TensorView(self.fusion, domain, dtype, contiguity=contiguity, alloc_order=alloc, is_cpu=bool(is_cpu))
         self.fusion.add_statement(tv)
         self.fusion.add_input(tv)
@@ -288,11 +298,13 @@ class FusionDefinition:
                 raise FusionDefinitionError("add_output: only tensors can be written into an input")
             if output.dtype is not alias_input.dtype:
                 raise FusionDtypeError(
-                    f"add_output: {output.name} is {output.dtype!r} but alias input {alias_input.name} is {alias_input.dtype!r}"
+                    f"add_output: {output.name} is {output.dtype!r} but alias input {alias_input.name} "
+                    f"is {alias_input.dtype!r}"
                 )
             if output.ndim != alias_input.ndim:
                 raise FusionDefinitionError(
-                    f"add_output: {output.name} has rank {output.ndim} but alias input {alias_input.name} has rank {alias_input.ndim}"
+                    f"add_output: {output.name} has rank {output.ndim} but alias input {alias_input.name} "
+                    f"has rank {alias_input.ndim}"
                 )
         self.fusion.add_output(output, alias_input)
 

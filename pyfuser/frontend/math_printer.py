@@ -41,8 +41,11 @@ class _Names:
                 return repr(v.value)
             name = self.scalars.get(id(v))
             if name is None:
-                name = self.scalars[id(v)] = f"i{len(self.scalars)}" if v.dtype in (DataType.Int, DataType.Index,
-                                                                                  DataType.Int32) else f"d{len(self.scalars)}"
+                name = self.scalars[id(v)] = (
+                    f"i{len(self.scalars)}"
+                    if v.dtype in (DataType.Int, DataType.Index, DataType.Int32)
+                    else f"d{len(self.scalars)}"
+                )
             return name
         if isinstance(v, Vector):
             return "{" + ", ".join(self.val(e) for e in v.elements) + "}"

@@ -151,7 +151,8 @@ def _scalar(fn: str, x, name: str) -> torch.Tensor:
 
 
 def _strides_vectors(fn: str, g: int, **vectors) -> None:
-    """CUTLASS's per-group stride arrays: pyfuser derives the strides from the tensors, so only their form is checked."""
+    """CUTLASS's per-group stride arrays: pyfuser derives the strides from the tensors, so only their form is
+    checked."""
     for name, t in vectors.items():
         _tensor(fn, t, name, (torch.int64,), f"int64 [g={g}]", 1)
         if t.shape[0] != g:

@@ -113,7 +113,9 @@ def reduction_sizes(fusion, env) -> list[int]:
                 if red and tensors:
                     n = 1
                     for d in red:
-                        n *= d.extent if d.extent is not None else (int(x.shape[-1]) if isinstance(x, torch.Tensor) and x.dim() else 1)
+                        n *= d.extent if d.extent is not None else (
+                            int(x.shape[-1]) if isinstance(x, torch.Tensor) and x.dim() else 1
+                        )
                     size = max(size, n)
         own[id(e)] = size
     memo: dict[int, int] = {}

@@ -38,7 +38,9 @@ class Fusion:
         if self.frozen:
             from ..errors import FusionDefinitionError
 
-            raise FusionDefinitionError("this fusion is finalized: define ops inside the `with FusionDefinition()` block")
+            raise FusionDefinitionError(
+                "this fusion is finalized: define ops inside the `with FusionDefinition()` block"
+            )
 
     def add_statement(self, stmt) -> None:
         self._check_open()

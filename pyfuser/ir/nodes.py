@@ -164,7 +164,9 @@ class TensorView(Val):
         """nvFuser's stride_order over non-reduction logical dims (0 = fastest)."""
         order = self.alloc_order or tuple(range(len(self.domain)))
         kept = [p for p in order if not self.domain[p].is_reduction]
-        logical_pos = {p: i for i, p in enumerate(p for p in range(len(self.domain)) if not self.domain[p].is_reduction)}
+        logical_pos = {
+            p: i for i, p in enumerate(p for p in range(len(self.domain)) if not self.domain[p].is_reduction)
+        }
         n = len(kept)
         result = [0] * n
         for alloc_pos, p in enumerate(kept):

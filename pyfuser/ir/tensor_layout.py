@@ -46,7 +46,9 @@ def allocation_order_from_strides(sizes: Sequence[int], strides: Sequence[int]) 
     return [d if strides[d] == 0 else next(ordered) for d in range(rank)]
 
 
-def alloc_order_from_stride_order(stride_order: Sequence[int], rank: int, what: str = "stride_order") -> Optional[list[int]]:
+def alloc_order_from_stride_order(
+    stride_order: Sequence[int], rank: int, what: str = "stride_order"
+) -> Optional[list[int]]:
     """Allocation order (outermost first) from nvFuser's stride_order; None means row-major.
 
     ``stride_order[i]`` is the rank of dim i's stride (0 = fastest), so dim i sits at allocation position

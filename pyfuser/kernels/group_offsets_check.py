@@ -2,7 +2,8 @@
 
 The torch form of the same check costs about fifteen small kernels and their host time on every call of an NVFP4
 op; this kernel is one program that loads the (few: one per expert) offsets, evaluates every condition and ORs
-the bit mask into the call's error flags, which live in pinned host memory the GPU writes directly. It is attached to the op layer at import.
+the bit mask into the call's error flags, which live in pinned host memory the GPU writes directly. It is attached
+to the op layer at import.
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ def out_torch_dtype(out_dtype) -> torch.dtype:
 
 def check_operands(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets):
     """The operand contract of fd.ops.cutlass_nvfp4_grouped_mm (dtypes, shapes, layouts, one device); returns
-    (M, N, K, G). Raises ValueError. Shared by the Triton kernel's launcher and the op layer (which runs it on every path)."""
+    (M, N, K, G). Raises ValueError. Shared by the Triton kernel's launcher and the op layer (which runs it on
+    every path)."""
     fp4 = (torch.float4_e2m1fn_x2, torch.uint8)  # uint8: the same packed bytes, already viewed for bit work
     _check_dtype(mat1, "mat1", fp4, "packed fp4 (float4_e2m1fn_x2) [M, K/2]")
     _check_dtype(mat2, "mat2", fp4, "packed fp4 (float4_e2m1fn_x2) [G, K/2, N]")
@@ -55,16 +56,16 @@ def check_operands(mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offs
     if not mat1.is_contiguous():
         contract_error(f"mat1 must be contiguous, got strides {tuple(mat1.stride())}")
     if not mat2.transpose(-1, -2).is_contiguous():
-        contract_error(f"mat2 must be a [G, N, K/2] contiguous weight passed as .transpose(-1, -2) (strides [N*K/2, 1, K/2]), "
-              f"got strides {tuple(mat2.stride())}")
+        contract_error(f"mat2 must be a [G, N, K/2] contiguous weight passed as .transpose(-1, -2) "
+              f"(strides [N*K/2, 1, K/2]), got strides {tuple(mat2.stride())}")
     sk = k // 16
     if scale1.dim() != 2 or scale1.shape[1] != sk or not scale1.is_contiguous():
         contract_error(f"scale1 must be a contiguous [rows, K/16={sk}] e4m3 tensor (the layout op's result or a plain "
               f"[sum R_i, K/16] buffer), got shape {tuple(scale1.shape)} strides {tuple(scale1.stride())}")
     n_rows = -(-n // 128) * 128
     if scale2.dim() != 3 or tuple(scale2.shape) != (g, n_rows, sk) or not scale2.is_contiguous():
-        contract_error(f"scale2 must be a contiguous [G, roundup(N,128), K/16] = {(g, n_rows, sk)} e4m3 tensor (each slice "
-              f"128x4-swizzled), got shape {tuple(scale2.shape)} strides {tuple(scale2.stride())}")
+        contract_error(f"scale2 must be a contiguous [G, roundup(N,128), K/16] = {(g, n_rows, sk)} e4m3 tensor "
+              f"(each slice 128x4-swizzled), got shape {tuple(scale2.shape)} strides {tuple(scale2.stride())}")
     if tuple(alpha.shape) != (g,):
         contract_error(f"alpha must be [G={g}], got {tuple(alpha.shape)}")
     if tuple(problem_sizes.shape) != (g, 3):

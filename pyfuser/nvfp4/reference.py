@@ -159,8 +159,9 @@ def quantize_nvfp4(
     3. the stored scale is e4m3(s_g);
     4. the data is divided by s_g / gs using the UNROUNDED fp32 s_g, not the fp8 value that is stored;
     5. clamp to +-6 and round to nearest even in E2M1.
-    This is nvFuser's decomposed in-fusion quantization (docs/nvfp4.md, "Quantization orders"; upstream #5345). Because step 4
-    ignores the fp8 rounding of the scale, it can differ from the fused ops (`quantize_nvfp4_fused`) by one FP4 ulp.
+    This is nvFuser's decomposed in-fusion quantization (docs/nvfp4.md, "Quantization orders"; upstream #5345).
+    Because step 4 ignores the fp8 rounding of the scale, it can differ from the fused ops (`quantize_nvfp4_fused`)
+    by one FP4 ulp.
     ``global_scale`` is an ENCODE multiplier (typically 448*6/amax(|x|)); None means 1.
     """
     blocks = _blocks(x, block_size, "quantize_nvfp4")

@@ -153,7 +153,8 @@ def check_shape_arg(op: str, shape: Any, argname: str = "shape") -> list:
     if isinstance(shape, Vector):
         return list(shape.elements)
     if not isinstance(shape, (list, tuple)):
-        fail(op, f"argument '{argname}' must be a list of ints or Int scalars, got {type(shape).__name__}", FusionDtypeError)
+        fail(op, f"argument '{argname}' must be a list of ints or Int scalars, got {type(shape).__name__}",
+             FusionDtypeError)
     for s in shape:
         if isinstance(s, Scalar):
             if s.dtype not in (DataType.Int, DataType.Int32, DataType.Index):

@@ -248,7 +248,10 @@ _REAL_ONLY_FLOAT_UNARY = {"erf", "erfc", "erfinv", "erfcinv", "lgamma"}
 
 for _name, _fn in _FLOAT_UNARY.items():
     _register_unary(
-        _name, _fn, lambda dt: (_floatify(dt), _floatify(dt)), "not_complex" if _name in _REAL_ONLY_FLOAT_UNARY else "any"
+        _name,
+        _fn,
+        lambda dt: (_floatify(dt), _floatify(dt)),
+        "not_complex" if _name in _REAL_ONLY_FLOAT_UNARY else "any",
     )
 
 
@@ -288,7 +291,10 @@ _REAL_ONLY_BOOL_UNARY = {"isneginf", "isposinf", "signbit"}
 
 for _name, _fn in _BOOL_UNARY.items():
     _register_unary(
-        _name, _fn, lambda dt: (DataType.Bool, compute_dtype(dt)), "not_complex" if _name in _REAL_ONLY_BOOL_UNARY else "any"
+        _name,
+        _fn,
+        lambda dt: (DataType.Bool, compute_dtype(dt)),
+        "not_complex" if _name in _REAL_ONLY_BOOL_UNARY else "any",
     )
 
 
@@ -560,7 +566,8 @@ def _cast_build(arg, dtype: DataType):
     if not isinstance(dtype, DataType) or dtype is DataType.Null:
         fail("cast", f"argument 'dtype' must be a DataType other than Null, got {dtype!r}", FusionDtypeError)
     if dtype is DataType.Float4_e2m1fn_x2:
-        fail("cast", "Float4_e2m1fn_x2 is a storage type (two values per byte): cast to Float4_e2m1fn", FusionDtypeError)
+        fail("cast", "Float4_e2m1fn_x2 is a storage type (two values per byte): cast to Float4_e2m1fn",
+             FusionDtypeError)
     if dtype is DataType.Float4_e2m1fn or operand_dtype(arg) is DataType.Float4_e2m1fn:
         if not isinstance(arg, TensorView):
             fail("cast", f"a scalar cannot be cast to {dtype!r}", FusionDtypeError)

@@ -142,7 +142,8 @@ def iota(length, start=None, step=None, dtype: DataType = DataType.Int):
         _check_scalar_arg(op, x, name)
         xdt = operand_dtype(x)
         if is_integral(xdt) != is_integral(dtype) or is_floating(xdt) != is_floating(dtype):
-            fail(op, f"argument '{name}' must match dtype {dtype!r} (integer vs floating), got {xdt!r}", FusionDtypeError)
+            fail(op, f"argument '{name}' must match dtype {dtype!r} (integer vs floating), got {xdt!r}",
+                 FusionDtypeError)
         value = x.value if isinstance(x, Scalar) else x
         if isinstance(value, float) and not math.isfinite(value):
             fail(op, f"argument '{name}' must be finite, got {value!r}")

@@ -41,10 +41,14 @@ def _grouped_extent(mat1: torch.Tensor, mat2: torch.Tensor) -> tuple[str, int]:
 
 def _check(mat1: torch.Tensor, mat2: torch.Tensor, offsets: torch.Tensor) -> None:
     if offsets.dtype != torch.int32 or offsets.dim() != 1:
-        raise FusionExecutionError(f"fd.ops.grouped_mm: offsets must be a 1-D int32 tensor, got {offsets.dtype} {list(offsets.shape)}")
+        raise FusionExecutionError(
+            f"fd.ops.grouped_mm: offsets must be a 1-D int32 tensor, got {offsets.dtype} {list(offsets.shape)}"
+        )
     groups = mat2.shape[0] if mat2.dim() == 3 else (mat1.shape[0] if mat1.dim() == 3 else None)
     if groups is not None and offsets.numel() != groups:
-        raise FusionExecutionError(f"fd.ops.grouped_mm: offsets has {offsets.numel()} entries but there are {groups} groups")
+        raise FusionExecutionError(
+            f"fd.ops.grouped_mm: offsets has {offsets.numel()} entries but there are {groups} groups"
+        )
     what, extent = _grouped_extent(mat1, mat2)
     # Cumulative group ends: the start-offset rule (non-decreasing in [0, extent]) without a first-row rule.
     check_group_offsets(GroupCheck("grouped_mm", extent, starts_name="offsets", every_row=False,
@@ -71,7 +75,9 @@ def grouped_mm(mat1, mat2, offsets, scale1=None, scale2=None, **scaled_kwargs):
     """Grouped matmul as torch._grouped_mm; ``offsets`` are int32 cumulative group ends."""
     op = "grouped_mm"
     if scale1 is not None or scale2 is not None or scaled_kwargs:
-        raise UnsupportedOpError("fd.ops.grouped_mm: the scaled form (scale1/scale2, alpha, bias, ...) is not supported")
+        raise UnsupportedOpError(
+            "fd.ops.grouped_mm: the scaled form (scale1/scale2, alpha, bias, ...) is not supported"
+        )
     a, b = require_tensor(op, mat1, "mat1"), require_tensor(op, mat2, "mat2")
     off = require_tensor(op, offsets, "offsets")
     for name, tv in (("mat1", a), ("mat2", b)):

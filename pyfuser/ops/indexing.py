@@ -191,7 +191,8 @@ def _take_along_dim(op: str, d: int, arg_d: IterDomain, idx_d: IterDomain) -> It
         return IterDomain.iteration(a if a is not None else b)
     concrete = arg_d if not arg_d.is_broadcast else idx_d
     other = idx_d if concrete is arg_d else arg_d
-    if not concrete.is_broadcast and other.expanded and None not in (other.extent, concrete.extent) and other.extent != concrete.extent:
+    if (not concrete.is_broadcast and other.expanded and None not in (other.extent, concrete.extent)
+            and other.extent != concrete.extent):
         fail(op, f"dim {d}: expanded extent {other.extent} does not match {concrete.extent}")
     if not concrete.is_broadcast:
         return concrete
@@ -294,7 +295,9 @@ def scatter(arg, index, src, dim: int):
 _EMBEDDING_OPTIONS = ("padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse")
 
 
-def _embedding_eval(node, input, weight, padding_idx=None, max_norm=None, norm_type=None, scale_grad_by_freq=None, sparse=None):
+def _embedding_eval(
+    node, input, weight, padding_idx=None, max_norm=None, norm_type=None, scale_grad_by_freq=None, sparse=None
+):
     # As F.embedding (and nvFuser's EmbeddingFwdOp, which calls it): with max_norm the referenced rows of
     # ``weight`` are renormalized in place before the lookup.
     return F.embedding(
@@ -324,7 +327,8 @@ def _check_option_scalar(op: str, name: str, value, kind: str):
         "bool": dt is DataType.Bool,
     }[kind]
     if not ok:
-        fail(op, f"argument '{name}' must be {'an' if kind == 'int' else 'a'} {kind} or a scalar of that type, got {value!r}", FusionDtypeError)
+        fail(op, f"argument '{name}' must be {'an' if kind == 'int' else 'a'} {kind} or a scalar of that type, "
+                 f"got {value!r}", FusionDtypeError)
 
 
 @register("embedding_fwd", OpKind.ATEN, _embedding_eval, meta=_embedding_meta)
@@ -343,7 +347,9 @@ def embedding_fwd(input, weight, padding_idx=None, max_norm=None, norm_type=None
         "scale_grad_by_freq": scale_grad_by_freq,
         "sparse": sparse,
     }
-    kinds = {"padding_idx": "int", "max_norm": "float", "norm_type": "float", "scale_grad_by_freq": "bool", "sparse": "bool"}
+    kinds = {
+        "padding_idx": "int", "max_norm": "float", "norm_type": "float", "scale_grad_by_freq": "bool", "sparse": "bool"
+    }
     for name in _EMBEDDING_OPTIONS:
         _check_option_scalar(op, name, options[name], kinds[name])
     rows = _size(w.logical[0])

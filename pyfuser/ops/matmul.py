@@ -95,7 +95,9 @@ def _merge_broadcast(op: str, dims: Sequence[Optional[IterDomain]], what: str) -
     return _merge_equal(op, real, what)
 
 
-def _check_broadcastable(op: str, arg: TensorView, argname: str, target: Sequence[IterDomain], target_desc: str) -> None:
+def _check_broadcastable(
+    op: str, arg: TensorView, argname: str, target: Sequence[IterDomain], target_desc: str
+) -> None:
     """``arg`` must broadcast to ``target`` (right-aligned, torch rules) without changing the target's shape."""
     dims = arg.logical
     if len(dims) > len(target):
@@ -106,7 +108,8 @@ def _check_broadcastable(op: str, arg: TensorView, argname: str, target: Sequenc
             continue
         a, b = _static(d), _static(t)
         if a is not None and b is not None and a != b:
-            fail(op, f"argument '{argname}' dim {i} has extent {a}, which does not broadcast to {target_desc} (extent {b})")
+            fail(op, f"argument '{argname}' dim {i} has extent {a}, which does not broadcast to {target_desc} "
+                     f"(extent {b})")
 
 
 def _float_tensor(op: str, x, argname: str, allowed=_MATMUL_DTYPES) -> TensorView:
@@ -173,7 +176,10 @@ def matmul(arg1, arg2):
     nb = max(len(batch_a), len(batch_b))
     pad_a = (None,) * (nb - len(batch_a)) + tuple(batch_a)
     pad_b = (None,) * (nb - len(batch_b)) + tuple(batch_b)
-    out = [_merge_broadcast(op, [x, y], f"batch dim {i} of 'arg1' and 'arg2'") for i, (x, y) in enumerate(zip(pad_a, pad_b))]
+    out = [
+        _merge_broadcast(op, [x, y], f"batch dim {i} of 'arg1' and 'arg2'")
+        for i, (x, y) in enumerate(zip(pad_a, pad_b))
+    ]
     if len(la) > 1:
         out.append(_materialized(la[-2]))  # M
     if len(lb) > 1:
@@ -274,7 +280,8 @@ def _check_runtime_qkv(query, key, value) -> None:
         raise RuntimeError(f"query, key and value ranks differ: {query.dim()}, {key.dim()}, {value.dim()}")
     if not (query.shape[:-2] == key.shape[:-2] == value.shape[:-2]):
         raise RuntimeError(
-            f"batch and head dims of query {list(query.shape)}, key {list(key.shape)} and value {list(value.shape)} differ"
+            f"batch and head dims of query {list(query.shape)}, key {list(key.shape)} "
+            f"and value {list(value.shape)} differ"
         )
     if query.shape[-1] != key.shape[-1]:
         raise RuntimeError(f"query head dim {query.shape[-1]} != key head dim {key.shape[-1]}")
@@ -479,7 +486,9 @@ def sdpfa_fwd(query, key, value, bias=None, mask=None, dropout_p=None, is_causal
     q, k, v = _attention_operands(op, [("query", query), ("key", key), ("value", value)])
     lq, lk, lv = q.logical, k.logical, v.logical
     r = len(lq)
-    batch = [_merge_equal(op, [lq[i], lk[i], lv[i]], f"dim {i} (batch/head) of query, key and value") for i in range(r - 2)]
+    batch = [
+        _merge_equal(op, [lq[i], lk[i], lv[i]], f"dim {i} (batch/head) of query, key and value") for i in range(r - 2)
+    ]
     _check_equal(op, [lq[-1], lk[-1]], "the head dims (E) of query and key")
     _check_equal(op, [lk[-2], lv[-2]], "the sequence lengths (K) of key and value")
     scores = batch + [_materialized(lq[-2]), _materialized(lk[-2])]
@@ -534,7 +543,8 @@ def _flash_bwd(grad_output, query, key, value, output, log_sumexp, dropout_p, is
 
 
 def _sdpa_bwd_eval(
-    node, grad_output, query, key, value, output, log_sumexp, dropout_p, is_causal, philox_seed, philox_offset, scale=None
+    node, grad_output, query, key, value, output, log_sumexp, dropout_p, is_causal, philox_seed, philox_offset,
+    scale=None
 ):
     _check_runtime_qkv(query, key, value)
     dropout_p, is_causal, scale = _scalar_args(query, dropout_p, is_causal, scale)
@@ -556,14 +566,17 @@ def _sdpa_bwd_eval(
 
 
 def _sdpa_bwd_meta(
-    node, grad_output, query, key, value, output, log_sumexp, dropout_p, is_causal, philox_seed, philox_offset, scale=None
+    node, grad_output, query, key, value, output, log_sumexp, dropout_p, is_causal, philox_seed, philox_offset,
+    scale=None
 ):
     _check_runtime_qkv(query, key, value)
     return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
 
 
 @register("sdpfa_bwd", OpKind.ATEN, _sdpa_bwd_eval, meta=_sdpa_bwd_meta)
-def sdpfa_bwd(grad_output, query, key, value, output, logsumexp, dropout_p, is_causal, philox_seed, philox_offset, scale=None):
+def sdpfa_bwd(
+    grad_output, query, key, value, output, logsumexp, dropout_p, is_causal, philox_seed, philox_offset, scale=None
+):
     """fd.ops.sdpfa_bwd(grad_output, query, key, value, output, logsumexp, dropout_p, is_causal, philox_seed,
     philox_offset, scale=None) -> (grad_query, grad_key, grad_value), laid out like query, key, value.
 
@@ -574,7 +587,9 @@ def sdpfa_bwd(grad_output, query, key, value, output, logsumexp, dropout_p, is_c
     )
     lq, lk, lv = q.logical, k.logical, v.logical
     r = len(lq)
-    batch = [_merge_equal(op, [lq[i], lk[i], lv[i]], f"dim {i} (batch/head) of query, key and value") for i in range(r - 2)]
+    batch = [
+        _merge_equal(op, [lq[i], lk[i], lv[i]], f"dim {i} (batch/head) of query, key and value") for i in range(r - 2)
+    ]
     _check_equal(op, [lq[-1], lk[-1]], "the head dims (E) of query and key")
     _check_equal(op, [lk[-2], lv[-2]], "the sequence lengths (K) of key and value")
     out_dims = batch + [lq[-2], lv[-1]]

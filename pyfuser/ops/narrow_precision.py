@@ -43,7 +43,9 @@ def _ref():
 # definition-time checks
 
 
-def _tensor(op: str, x, name: str, rank: Optional[int] = None, dtypes: Optional[Sequence[DataType]] = None) -> TensorView:
+def _tensor(
+    op: str, x, name: str, rank: Optional[int] = None, dtypes: Optional[Sequence[DataType]] = None
+) -> TensorView:
     tv = require_tensor(op, x, name)
     if rank is not None and tv.ndim != rank:
         fail(op, f"argument '{name}' ({tv.name}) must have rank {rank}, got rank {tv.ndim}")
@@ -137,7 +139,9 @@ def check_offsets(op: str, m: int, input_offsets: torch.Tensor, output_offsets: 
 
 def check_k(op: str, k: int, block_size: int = 16) -> None:
     if k % block_size:
-        raise FusionExecutionError(f"fd.ops.{op}: the last dim of input is {k}, not a multiple of block_size {block_size}")
+        raise FusionExecutionError(
+            f"fd.ops.{op}: the last dim of input is {k}, not a multiple of block_size {block_size}"
+        )
 
 
 def _grouped_scales_meta(m: int, k: int, g: int, dtype: torch.dtype) -> torch.Tensor:

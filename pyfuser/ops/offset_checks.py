@@ -42,7 +42,9 @@ STARTS_BAD, OUTS_BAD, SIZES_BAD = 1, 2, 4
 class GroupCheck:
     """One check site's static facts: the names shown in errors and the extents the values must respect."""
 
-    __slots__ = ("op", "starts_name", "starts_what", "outs_name", "m", "every_row", "capacity", "capacity_what", "n", "k")
+    __slots__ = (
+        "op", "starts_name", "starts_what", "outs_name", "m", "every_row", "capacity", "capacity_what", "n", "k"
+    )
 
     def __init__(self, op: str, m: int, *, starts_name: str = "input_offsets", starts_what: str = "start rows",
                  outs_name: str = "output_offsets",

@@ -239,7 +239,8 @@ def _squeeze_then_reduce(name: str, tv: TensorView, dims: list[int], squeezed: l
 
     An *expanded* broadcast dim holds one value repeated over its extent, and nvFuser does not reduce the
     repeats: a sum multiplies by the product of the expanded extents, a prod raises to that power (a
-    reduced-precision result becomes Float, like any arithmetic on it). Eager adds (multiplies) the repeated values one by one, which rounds differently. With
+    reduced-precision result becomes Float, like any arithmetic on it). Eager adds (multiplies) the repeated
+    values one by one, which rounds differently. With
     keepdim the squeezed dims come back as broadcasts afterwards; a keepdim reduction over only size-1 dims
     stays a plain reduction, which gives the same values and dims."""
     src = tv if cast is None or cast is tv.dtype else get("cast").builder(tv, cast)

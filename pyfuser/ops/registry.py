@@ -202,7 +202,8 @@ _ATTACHABLE = ("lower", "kernel", "prepare")
 
 def attach(name: str, **fields) -> None:
     """Attach a Triton lowering (``lower=``) or a hand-written kernel (``kernel=``, optionally with its
-    ``prepare=``) to the registered op ``name``. Attaching a field twice is a programming error (two lowerings for one op)."""
+    ``prepare=``) to the registered op ``name``. Attaching a field twice is a programming error (two lowerings
+    for one op)."""
     opdef = _OPS.get(name)
     if opdef is None:
         raise RuntimeError(f"attach: no op named {name!r} is registered")

@@ -145,7 +145,8 @@ def scaled_mm(mat1, mat2, scale1, scale2, alpha=None, bias=None, beta=None, dtyp
         if val is not None:
             extra[name] = _scale_tensor(op, val, name, (DataType.Float, DataType.BFloat16, DataType.Half))
     if not isinstance(dtype, DataType) or dtype not in _OUT_DTYPES:
-        fail(op, f"argument 'dtype' must be one of {', '.join(map(repr, _OUT_DTYPES))}, got {dtype!r}", FusionDtypeError)
+        fail(op, f"argument 'dtype' must be one of {', '.join(map(repr, _OUT_DTYPES))}, got {dtype!r}",
+             FusionDtypeError)
     if isinstance(output_block_scale_size, bool) or not isinstance(output_block_scale_size, int):
         fail(op, f"argument 'output_block_scale_size' must be an int, got {output_block_scale_size!r}")
     if output_block_scale_size > 0 or output_gamma:

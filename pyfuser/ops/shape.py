@@ -302,7 +302,8 @@ def reshape(arg, new_shape):
         other = math.prod(known)
         if inferred:
             if other == 0 or numel % other:
-                fail(op, f"cannot infer the -1 in {list(_print_sizes(targets))}: {numel} elements do not divide by {other}")
+                fail(op, f"cannot infer the -1 in {list(_print_sizes(targets))}: {numel} elements "
+                         f"do not divide by {other}")
             sizes[inferred[0]] = numel // other
         elif other != numel:
             fail(op, f"argument 'new_shape'={_print_sizes(targets)} has {other} elements but the input has {numel}")
@@ -356,7 +357,9 @@ def _squeeze_eval(node, arg, dims, squeeze_expanded=False):
         # A squeezed dim that was not a broadcast when defined (symbolic extent) must be 1 now; this also runs
         # on meta tensors when a runtime is built, so kernels never see another extent.
         if arg.shape[d] != 1 and not source[d].expanded:
-            raise ValueError(f"fd.ops.squeeze: dim {d} has extent {arg.shape[d]} at run time; only extent 1 can be squeezed")
+            raise ValueError(
+                f"fd.ops.squeeze: dim {d} has extent {arg.shape[d]} at run time; only extent 1 can be squeezed"
+            )
     return arg[tuple(0 if d in drop else _py_slice(None) for d in range(arg.dim()))]
 
 
@@ -375,7 +378,8 @@ def squeeze(arg, dims, squeeze_expanded: bool = False):
             fail(op, f"argument 'dims': dim {d} ({dom!r}) is not a broadcast dim and cannot be squeezed")
         # A symbolic (or static 1) non-broadcast extent is allowed, as nvFuser allows it: it must be 1 at run time.
         if dom.expanded and not squeeze_expanded:
-            fail(op, f"argument 'dims': dim {d} is an expanded broadcast ({dom!r}); pass squeeze_expanded=True to remove it")
+            fail(op, f"argument 'dims': dim {d} is an expanded broadcast ({dom!r}); pass squeeze_expanded=True "
+                     "to remove it")
     domain = [dom for i, dom in enumerate(tv.logical) if i not in norm]
     kwargs = {"dims": norm}
     if squeeze_expanded:
@@ -531,7 +535,8 @@ def pad(arg, pad_widths, value=None):
     tv = require_tensor(op, arg, "arg")
     canon, widths = _int_list(op, pad_widths, "pad_widths")
     if len(widths) % 2 or len(widths) > 2 * tv.ndim:
-        fail(op, f"argument 'pad_widths' has {len(widths)} entries; it needs an even number, at most 2 * rank = {2 * tv.ndim}")
+        fail(op, f"argument 'pad_widths' has {len(widths)} entries; it needs an even number, "
+                 f"at most 2 * rank = {2 * tv.ndim}")
     extra = list(widths)
     if value is not None:
         if not (isinstance(value, Scalar) or is_number(value)):
@@ -548,7 +553,8 @@ def pad(arg, pad_widths, value=None):
         size_d = _size(tv.logical[d])
         ext = None if None in (size_d, lo, hi) else size_d + lo + hi
         if ext is not None and ext < 0:
-            fail(op, f"argument 'pad_widths': dim {d} of extent {size_d} padded by ({lo}, {hi}) has negative extent {ext}")
+            fail(op, f"argument 'pad_widths': dim {d} of extent {size_d} padded by ({lo}, {hi}) "
+                     f"has negative extent {ext}")
         domain[d] = IterDomain.iteration(ext)
     kwargs = {} if value is None else {"value": value}
     return _result(op, tv, domain, (canon,), kwargs, extra_vals=extra)
@@ -573,7 +579,8 @@ def cat(tensors, dim: int = 0, manual_padding: bool = False):
         fail(op, f"argument 'tensors' must have equal ranks, got {ranks}")
     dtypes = [t.dtype for t in tvs]
     if len(set(dtypes)) != 1:
-        fail(op, f"argument 'tensors' must have equal dtypes (nvFuser does not promote), got {dtypes}", FusionDtypeError)
+        fail(op, f"argument 'tensors' must have equal dtypes (nvFuser does not promote), got {dtypes}",
+             FusionDtypeError)
     if ranks[0] == 0:
         fail(op, "argument 'tensors': 0-dim tensors cannot be concatenated")
     cd = normalize_dim(op, dim, ranks[0])

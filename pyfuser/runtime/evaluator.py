@@ -63,7 +63,9 @@ def run_expr(expr: Expr, env: Env, use_kernel: bool = False) -> None:
     except PyfuserError:
         raise
     except (RuntimeError, ValueError, TypeError, IndexError) as e:
-        raise FusionExecutionError(f"fd.ops.{expr.op.name} ({', '.join(o.name for o in expr.outputs)}) failed: {e}") from e
+        raise FusionExecutionError(
+            f"fd.ops.{expr.op.name} ({', '.join(o.name for o in expr.outputs)}) failed: {e}"
+        ) from e
     finally:
         run_context.leave(token)
     outs = expr.outputs

@@ -30,7 +30,10 @@ class TensorLayout:
 
     def __repr__(self) -> str:
         order = "" if self.alloc_order is None else f", alloc_order={list(self.alloc_order)}"
-        return f"TensorLayout(sizes={list(self.sizes)}, strides={list(self.strides)}, contiguity={list(self.contiguity)}{order})"
+        return (
+            f"TensorLayout(sizes={list(self.sizes)}, strides={list(self.strides)}, "
+            f"contiguity={list(self.contiguity)}{order})"
+        )
 
 
 def layout_from_strides(tv: TensorView, sizes, strides) -> TensorLayout:

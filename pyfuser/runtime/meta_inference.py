@@ -3,7 +3,8 @@
 Segments run in order on meta tensors built with ``empty_strided`` from the real inputs' sizes and strides; each
 op's evaluator runs unchanged, except where the registry holds a meta override because ATen's meta result
 differs from the GPU's, and elementwise ATen ops are laid out as TensorIterator does on CPU and CUDA
-(ops/iterator_strides.py: the meta device's reference implementations order ambiguous dims differently). The sizes and strides of each segment output give its layout (contiguity and allocation
+(ops/iterator_strides.py: the meta device's reference implementations order ambiguous dims differently). The
+sizes and strides of each segment output give its layout (contiguity and allocation
 order) through :func:`layout_from_strides`. With ``infer_contiguity`` disabled, ExprEval segment outputs fall
 back to the old assumption (contiguous in the TV's allocation order), which later segments then also see.
 

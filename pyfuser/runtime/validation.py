@@ -136,13 +136,16 @@ class InputBinder:
         if x.dim() != tv.ndim:
             raise InputValidationError(f"{name} must have rank {tv.ndim}, got rank {x.dim()} (shape {list(x.shape)})")
         if tv.is_cpu and x.device.type != "cpu":
-            raise InputDeviceError(f"{name} was defined with is_cpu=True and must be a CPU tensor, got one on {x.device}")
+            raise InputDeviceError(
+                f"{name} was defined with is_cpu=True and must be a CPU tensor, got one on {x.device}"
+            )
         sizes, strides = x.shape, x.stride()
         if is_packed_fp4(tv) and x.dim() > 0:
             d = packed_dim(tv)
             if x.shape[d] > 1 and strides[d] != 1:
                 raise InputValidationError(
-                    f"{name} is packed Float4_e2m1fn: its packed dim {d} must have stride 1, got strides {list(strides)}"
+                    f"{name} is packed Float4_e2m1fn: its packed dim {d} must have stride 1, "
+                    f"got strides {list(strides)}"
                 )
             sizes, strides = unpacked(tv, sizes, strides)
         for d, dom in enumerate(tv.logical):
@@ -175,7 +178,8 @@ class InputBinder:
             if tv.contiguity[pos] and st != expected:
                 raise InputValidationError(
                     f"{name} has strides {list(strides)} for sizes {list(sizes)}, which contradict the declared "
-                    f"contiguity {list(tv.contiguity)} (stride_order {tv.stride_order()}): dim {d} must have stride {expected}"
+                    f"contiguity {list(tv.contiguity)} (stride_order {tv.stride_order()}): "
+                    f"dim {d} must have stride {expected}"
                 )
             if inner_dim is not None and st < strides[inner_dim]:
                 raise InputValidationError(

@@ -14,7 +14,8 @@ elementwise ops over outside tensors (and slices of them) at their own shifted c
 (``relocation_closure``); exprs used only that way are absorbed into the reader.
 
 Reduction exprs name the loop dims they reduce, scans (cumsum) the dim they scan. A segment is one kernel only if
-all its reductions and scans reduce/scan the same loop dims; those become the kernel's "column" dims, the rest its "row" dims (pointwise segments take the
+all its reductions and scans reduce/scan the same loop dims; those become the kernel's "column" dims, the rest
+its "row" dims (pointwise segments take the
 innermost dim of their reference output as the column dim, for a 2-D tile).
 """
 
@@ -200,7 +201,12 @@ class LoopDomain:
     def covering_tensor(self) -> Optional[TensorView]:
         """A tensor that varies along every loop dim any tensor varies along, or None. One kernel iterates over
         one such space; two unrelated computations (say [64,65] and [4,64,64]) in a segment have none."""
-        real = {ld for tid, tv in self.tensors.items() for ld, dom in zip(self.dims_of[tid], tv.logical) if not dom.is_broadcast}
+        real = {
+            ld
+            for tid, tv in self.tensors.items()
+            for ld, dom in zip(self.dims_of[tid], tv.logical)
+            if not dom.is_broadcast
+        }
         for tid, tv in self.tensors.items():
             mine = {ld for ld, dom in zip(self.dims_of[tid], tv.logical) if not dom.is_broadcast}
             if mine >= real:

@@ -422,4 +422,6 @@ def _wire(fusion: Fusion, segments: list[Segment]) -> None:
             needed_outside.setdefault(src, set()).add(id(v))
     for seg in segments:
         wanted = needed_outside.get(seg.index, set())
-        seg.outputs = [o for e in seg.exprs for o in e.outputs if id(o) in wanted and isinstance(o, (TensorView, Scalar))]
+        seg.outputs = [
+            o for e in seg.exprs for o in e.outputs if id(o) in wanted and isinstance(o, (TensorView, Scalar))
+        ]
