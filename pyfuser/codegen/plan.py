@@ -671,6 +671,8 @@ TUNING = {
     # rounds (-tuning-gelu-tail-cap*-h100.json): [16384, 4096] 96.5 -> 95.5 us, [8191, 5000] 63.2 -> 63.3,
     # [32768, 1024] 51.9 -> 50.6, [4096, 16384] 95.7 -> 94.3, [1024, 65536] 96.7 -> 95.0 (uncapped: 98.6-99.4,
     # 64.2-64.6, 52.4-53.1 us). At 32 registers it spills (a 40-byte stack, 31.4 instructions per element).
+    # Without libdevice's select of t = 1 from |z| >= 9.0109 (the exp form rounds to it there): 27.5 per element,
+    # 1.1-2.9% faster on the H100 (-ab-gelu-noselect-h100.json).
     "bf16_gelu_tail": True,
     "bf16_gelu_tail_max_registers": 40,  # ptxas's register cap for a kernel with that tail (None: uncapped)
     # A variance over rows longer than wide_min_cols, in whole tiles, whose row input has elements of at least
