@@ -3,6 +3,7 @@
 Run anywhere Triton is installed (a CPU machine will do):
 
     python benchmarks/sass_census.py --cases "softmax fp32,layernorm" --shapes 8191x5000 --dtypes bf16
+    python benchmarks/sass_census.py --cases layernorm --shapes 1024x65536 --tuning '{"wide_warps": 16}'
 
 Each case is planned as the GPU would plan it (the kernels' GPU sources, 132 SMs, launches skipped), compiled
 for sm_90a with the launch options pyfuser uses, and disassembled with the cuobjdump Triton ships. Printed per
@@ -119,7 +120,15 @@ def main():
     ap.add_argument("--shapes", default=",".join(f"{r}x{c}" for r, c in bf.SHAPES))
     ap.add_argument("--dtypes", default="bf16")
     ap.add_argument("--dump", default=None, help="write each kernel's source and SASS here")
+    ap.add_argument("--tuning", default=None,
+                    help='JSON of plan.TUNING entries to plan with, as sweep_tuning.py --configs takes one, e.g. '
+                         '\'{"wide_warps": 16}\' (what a setting does to registers and programs per SM, before a GPU '
+                         'times it)')
     args = ap.parse_args()
+    if args.tuning:
+        from pyfuser.codegen import plan
+
+        plan.TUNING.update(json.loads(args.tuning))
     for dt in args.dtypes.split(","):
         for shape in args.shapes.split(","):
             r, c = map(int, shape.split("x"))
