@@ -672,7 +672,8 @@ TUNING = {
     # [32768, 1024] 51.9 -> 50.6, [4096, 16384] 95.7 -> 94.3, [1024, 65536] 96.7 -> 95.0 (uncapped: 98.6-99.4,
     # 64.2-64.6, 52.4-53.1 us). At 32 registers it spills (a 40-byte stack, 31.4 instructions per element).
     # Without libdevice's select of t = 1 from |z| >= 9.0109 (the exp form rounds to it there): 27.5 per element,
-    # 1.1-2.9% faster on the H100 (-ab-gelu-noselect-h100.json).
+    # 1.1-2.9% faster on the H100 (-ab-gelu-noselect-h100.json). H200, 3 rounds, exact kernel -> this tail
+    # (-tuning-gelu-tail-s18-h200.json): 5.2-9.4% faster at the five roofline shapes, 66.7-71.4 -> 70.3-76.7% of copy.
     "bf16_gelu_tail": True,
     "bf16_gelu_tail_max_registers": 40,  # ptxas's register cap for a kernel with that tail (None: uncapped)
     # A variance over rows longer than wide_min_cols, in whole tiles, whose row input has elements of at least
@@ -697,7 +698,7 @@ TUNING = {
     # "<wide_form>:<bytes>" keys of wide_tiles it lists). H100, sweep_tuning.py, [1024, 65536], 3 rounds, every
     # form at once (results/2026-12-06-tuning-wide-serpentine-h100.json): bf16 RMSNorm 104.1 -> 99.7 us (85.2
     # -> 88.9% of copy), the others 1-9% slower; on another H100, that form alone (-tuning-wide-s17-h100.json):
-    # 102.3 -> 98.6 us.
+    # 102.3 -> 98.6 us. H200, 3 rounds (-tuning-wide-s18-h200.json): that form 84.0 -> 77.7 us (75.7 -> 81.8%).
     "wide_literal_cols": ("2 passes:2",),
     # (tile width, tiles per step[, programs per SM]) of wide rows (longer than wide_min_cols) by the kernel's
     # form and its row input's element size, "<plan.wide_form>:<bytes>", where a sweep found them better than
@@ -711,7 +712,10 @@ TUNING = {
     # with 4 programs per SM 85.9 (83.5; 3 or 4 programs per SM in 8192 x 4: 85.1), 3 rounds
     # (-tuning-wide-rms-fp32-h100.json). bf16 softmax with its sum online stays slower in every tiling tried
     # (61-69 against 76.9, -tuning-wide-softmax-bf16-online-h100.json). One run of the table against no table, 3
-    # rounds: -tuning-wide-tiles-table-h100.json. Not timed on the H200.
+    # rounds: -tuning-wide-tiles-table-h100.json. H200, 3 rounds, the table against none (both without the literal
+    # row length; -tuning-wide-s18-h200.json): every form faster, RMSNorm bf16 76.2 -> 75.7 (81.8 with its literal
+    # length), LayerNorm bf16 68.7 -> 72.1, softmax bf16 60.2 -> 63.0, RMSNorm fp32 80.5 -> 83.7, LayerNorm fp32
+    # 68.7 -> 72.0, softmax fp32 69.4 -> 72.5% of copy.
     "wide_tiles": {"2 passes:2": (16384, 2), "2 passes:4": (16384, 4, 4),
                    "2 passes welford vector:2": (16384, 4), "2 passes welford column:4": (8192, 2),
                    "2 passes online:4": (16384, 2), "3 passes:2": (8192, 8)},
