@@ -65,7 +65,6 @@ def decode_worker() -> None:
 
     sys.path.insert(0, os.path.join(os.getcwd(), "benchmarks"))
     import bench_nvfp4 as bn
-    from pyfuser import DataType, FusionDefinition
 
     dev = torch.device("cuda")
     torch.manual_seed(0)
@@ -73,21 +72,11 @@ def decode_worker() -> None:
     _, m, counts = cases[0]  # decode 8x16
     starts, sf_starts = (t.to(dev) for t in bn.offsets_for(counts))
     k = big_k // 16
-    pk = (k + 3) // 4 * 4
     scales = (torch.rand(m, k, device=dev) * 400 + 1).to(torch.float8_e4m3fn)
     x = torch.randn(m, big_k, device=dev, dtype=torch.bfloat16)
-    with FusionDefinition() as fl:
-        s = bn.define_input(fl, DataType.Float8_e4m3fn, 2)
-        fl.add_output(fl.ops.preprocess_grouped_matmul_input_sf(s, bn.define_input(fl, DataType.Int32, 1),
-                                                                 bn.define_input(fl, DataType.Int32, 1)))
-    with FusionDefinition() as fq:
-        xi = bn.define_input(fq, DataType.BFloat16, 2)
-        for o in fq.ops.nv_grouped_block_quantize(xi, bn.define_input(fq, DataType.Int32, 1),
-                                                  bn.define_input(fq, DataType.Int32, 1)):
-            fq.add_output(o)
-    padded = (m + 127 * bn.E) * pk  # the whole zero-filled scale buffer is written
-    ops = {"layout op": (fl, [scales, starts, sf_starts], m * k + padded, [m, k]),
-           "grouped quantize": (fq, [x, starts, sf_starts], m * big_k * 2 + m * big_k // 2 + padded, [m, big_k])}
+    ops = {"layout op": (bn.layout_fusion(), [scales, starts, sf_starts], bn.layout_bytes(m, k), [m, k]),
+           "grouped quantize": (bn.grouped_quantize_fusion(), [x, starts, sf_starts],
+                                bn.grouped_quantize_bytes(m, big_k), [m, big_k])}
     fns = {}
     for name, (fd, args, nbytes, _) in ops.items():
         a = torch.empty(nbytes // 2, dtype=torch.uint8, device=dev)

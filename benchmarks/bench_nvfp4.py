@@ -183,6 +183,35 @@ def layout_cases(quick: bool):
     return k * 16, [(label, m, uneven_counts(m, E, seed=m)) for label, m in rows]
 
 
+def layout_fusion() -> FusionDefinition:
+    """The layout op alone: e4m3 block scales [m, k] and the two offset vectors in, the grouped buffer out."""
+    with FusionDefinition() as fd:
+        s = define_input(fd, DataType.Float8_e4m3fn, 2)
+        io, oo = define_input(fd, DataType.Int32, 1), define_input(fd, DataType.Int32, 1)
+        fd.add_output(fd.ops.preprocess_grouped_matmul_input_sf(s, io, oo))
+    return fd
+
+
+def grouped_quantize_fusion() -> FusionDefinition:
+    """nv_grouped_block_quantize alone: bf16 x [m, K] and the two offset vectors in, packed FP4 and scales out."""
+    with FusionDefinition() as fq:
+        xi = define_input(fq, DataType.BFloat16, 2)
+        io, oo = define_input(fq, DataType.Int32, 1), define_input(fq, DataType.Int32, 1)
+        for o in fq.ops.nv_grouped_block_quantize(xi, io, oo):
+            fq.add_output(o)
+    return fq
+
+
+def layout_bytes(m: int, k: int) -> int:
+    """The layout op's bytes: the scales read, the whole zero-filled buffer of m + 127 E rows written."""
+    return m * k + (m + 127 * E) * ((k + 3) // 4 * 4)
+
+
+def grouped_quantize_bytes(m: int, big_k: int) -> int:
+    """The grouped quantize's bytes: bf16 x read, packed FP4 written, and the layout op's buffer of its scales."""
+    return m * big_k * 2 + m * big_k // 2 + (m + 127 * E) * ((big_k // 16 + 3) // 4 * 4)
+
+
 def bench_layout(dev, timer, copy_bw, quick):
     from pyfuser.kernels import nvfp4_layout as layout_kernels
 
@@ -191,14 +220,10 @@ def bench_layout(dev, timer, copy_bw, quick):
     for label, m, counts in cases:
         starts, sf_starts = (t.to(dev) for t in offsets_for(counts))
         k = K // 16
-        pk = (k + 3) // 4 * 4
 
         # --- layout op on e4m3 block scales [m, K/16]
         scales = (torch.rand(m, k, device=dev) * 400 + 1).to(torch.float8_e4m3fn)
-        with FusionDefinition() as fd:
-            s = define_input(fd, DataType.Float8_e4m3fn, 2)
-            io, oo = define_input(fd, DataType.Int32, 1), define_input(fd, DataType.Int32, 1)
-            fd.add_output(fd.ops.preprocess_grouped_matmul_input_sf(s, io, oo))
+        fd = layout_fusion()
         impls = {
             "pyfuser fd op": lambda: fd.execute([scales, starts, sf_starts])[0],
             "pyfuser fd op, offset_checks off": lambda: fd.execute([scales, starts, sf_starts], _disable_options=NO_CHECKS)[0],
@@ -206,17 +231,13 @@ def bench_layout(dev, timer, copy_bw, quick):
             "torch reference": lambda: ref.preprocess_grouped_matmul_input_sf(scales, starts, sf_starts),
         }
         expect = grouped_buffer(ref.preprocess_grouped_matmul_input_sf(scales, starts, sf_starts))
-        nbytes = m * k + (m + 127 * E) * pk  # read the scales, write the whole zero-filled buffer
+        nbytes = layout_bytes(m, k)
         rows += _time_impls("layout op", label, f"[{m}, {k}] e4m3, g={E}", impls, nbytes, dev, timer, copy_bw,
                             check=lambda out: torch.equal(grouped_buffer(out), expect))
 
         # --- grouped quantize of bf16 activations [m, K]: packed FP4 + grouped swizzled scales, one kernel
         x = torch.randn(m, K, device=dev, dtype=torch.bfloat16)
-        with FusionDefinition() as fq:
-            xi = define_input(fq, DataType.BFloat16, 2)
-            io, oo = define_input(fq, DataType.Int32, 1), define_input(fq, DataType.Int32, 1)
-            for o in fq.ops.nv_grouped_block_quantize(xi, io, oo):
-                fq.add_output(o)
+        fq = grouped_quantize_fusion()
         with FusionDefinition() as fs:  # the two-op form: plain quantize, then the layout op
             xi = define_input(fs, DataType.BFloat16, 2)
             io, oo = define_input(fs, DataType.Int32, 1), define_input(fs, DataType.Int32, 1)
@@ -233,7 +254,7 @@ def bench_layout(dev, timer, copy_bw, quick):
         }
         want_q, want_s = ref.grouped_quantize_nvfp4(x, starts, sf_starts)
         want_q, want_s = want_q.view(torch.uint8), grouped_buffer(want_s)
-        nbytes = m * K * 2 + m * K // 2 + (m + 127 * E) * pk
+        nbytes = grouped_quantize_bytes(m, K)
 
         def check_q(out):
             q, s = out
