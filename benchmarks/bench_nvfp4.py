@@ -14,7 +14,8 @@ Sections (each runs even if another fails; an error is printed and recorded in t
 Every implementation is checked against a reference before it is timed. Times are medians of
 triton.testing.do_bench (CUDA events). Bytes are the fewest an implementation must move (inputs read once,
 outputs written once; for the layout op the whole zero-filled buffer counts as written). Writes
-DIR/<date>-nvfp4.md and DIR/<date>-nvfp4.json.
+DIR/<date>-nvfp4[-TAG].md and .json. ``--read-flush`` also times the GEMM rows with L2 cleared by a read
+(benchmarks/timing.py).
 
 Targets (issue 11; issue 4's were 2x at decode, 0.5x at prefill, 2x a copy): fused NVFP4 grouped GEMM >= 3x bf16
 _grouped_mm at 1-16 tokens per expert, >= 2x at 64, >= 0.9x at prefill; the layout op and the grouped quantize
@@ -41,6 +42,8 @@ from pyfuser.nvfp4 import reference as ref
 
 from pyfuser.demo import moe_nvfp4  # noqa: E402
 
+from timing import median_ms_read_flush  # noqa: E402
+
 E = 8  # experts in every GEMM / layout case
 DECODE_TOKENS_PER_EXPERT = (1, 16, 64)
 K_GEMM = 4096
@@ -55,9 +58,16 @@ TARGETS = {"gemm_decode_1_16_vs_bf16": 3.0, "gemm_decode_64_vs_bf16": 2.0, "gemm
 
 
 class Timer:
-    def __init__(self, device: torch.device, quick: bool):
+    def __init__(self, device: torch.device, quick: bool, read_flush: bool = False):
         self.device = device
         self.rep = 30 if quick else 100
+        # Also time the GEMM rows with L2 cleared by a read (timing.py): do_bench's zeroing flush charges each call
+        # the write-back of up to 50 MB of dirty lines, most of a decode GEMM's own time at N=2048.
+        self.read_flush = read_flush and device.type == "cuda"
+
+    def read_flushed(self, fn) -> float:
+        """Median ms of fn() with L2 cleared by a read before each call."""
+        return median_ms_read_flush(fn, n=self.rep)
 
     def __call__(self, fn) -> float:
         """Median ms of fn()."""
@@ -375,16 +385,18 @@ def bench_gemm(dev, timer, copy_bw, quick):
                 row["GBs"] = gbs(nbytes, row["ms"])
                 row["pct_copy_bw"] = 100 * row["GBs"] / copy_bw
                 row["TFLOPs"] = 2 * m * n * k / (row["ms"] * 1e-3) / 1e12
+                if timer.read_flush:
+                    row["ms_read_flush"] = timer.read_flushed(fn)
             except Exception as e:
                 row["error"] = _err(e)
             case_rows.append(row)
-        by_name = {r["impl"]: r.get("ms") for r in case_rows}
         for r in case_rows:
             # CUDA-graph rows are compared with bf16 in a CUDA graph too: both then measure GPU time only.
-            graphed = r["impl"].endswith("CUDA graph")
-            bf16_ms = by_name.get("bf16 torch._grouped_mm" + (", CUDA graph" if graphed else ""))
-            if bf16_ms and r.get("ms"):
-                r["speedup_vs_bf16"] = bf16_ms / r["ms"]
+            bf16 = "bf16 torch._grouped_mm" + (", CUDA graph" if r["impl"].endswith("CUDA graph") else "")
+            for key, speedup in (("ms", "speedup_vs_bf16"), ("ms_read_flush", "speedup_vs_bf16_read_flush")):
+                bf16_ms = next((b.get(key) for b in case_rows if b["impl"] == bf16), None)
+                if bf16_ms and r.get(key):
+                    r[speedup] = bf16_ms / r[key]
             print(json.dumps(r))
         rows += case_rows
         del w_bf16, w, args, expect, impls
@@ -488,8 +500,10 @@ def check_targets(sections: dict) -> list[dict]:
             key = "gemm_prefill_vs_bf16"
         else:
             key = "gemm_decode_1_16_vs_bf16" if r["tokens_per_expert"] <= 16 else "gemm_decode_64_vs_bf16"
-        out.append({"target": key, "case": f"{r['case']} ({r['impl']})", "value": r["speedup_vs_bf16"],
-                    "goal": TARGETS[key], "met": r["speedup_vs_bf16"] >= TARGETS[key]})
+        for speedup, flush in (("speedup_vs_bf16", ""), ("speedup_vs_bf16_read_flush", ", L2 cleared by a read")):
+            if speedup in r:
+                out.append({"target": key, "case": f"{r['case']} ({r['impl']}{flush})", "value": r[speedup],
+                            "goal": TARGETS[key], "met": r[speedup] >= TARGETS[key]})
     for r in sections.get("layout") or []:
         if (r.get("op") in ("layout op", "grouped quantize") and r.get("impl") != "torch reference"
                 and "x_copy_time" in r):
@@ -503,10 +517,11 @@ def _f(v, fmt=".3f"):
     return "-" if v is None else format(v, fmt)
 
 
-def report(out_dir, meta, sections, errors, targets):
+def report(out_dir, meta, sections, errors, targets, tag=""):
     os.makedirs(out_dir, exist_ok=True)
     day = meta["date"]
-    with open(os.path.join(out_dir, f"{day}-nvfp4.json"), "w") as f:
+    stem = f"{day}-nvfp4" + (f"-{tag}" if tag else "")
+    with open(os.path.join(out_dir, f"{stem}.json"), "w") as f:
         json.dump({"meta": meta, "sections": sections, "errors": errors, "targets": targets}, f, indent=1)
     L = [
         f"# NVFP4 benchmarks, {day}",
@@ -535,13 +550,17 @@ def report(out_dir, meta, sections, errors, targets):
         L.append(f"| {r['op']} | {r['case']} | {r['shape']} | {r['impl']} | {r['ms']:.4f} | {r['GBs']:.0f} | "
                  f"{r['pct_copy_bw']:.0f}% | {r['x_copy_time']:.2f}x | {'yes' if r['exact'] else 'NO'} |")
     L += ["", "## (b) grouped GEMM (bf16 out)", "",
-          "| case | impl | ms | speed-up vs bf16 _grouped_mm | GB/s | % copy BW | TFLOP/s | rel. err vs NVFP4 ref |",
-          "|---|---|---|---|---|---|---|---|"]
+          "\"read flush\": the same call timed with L2 cleared by reading 256 MB instead of do_bench's zeroing it "
+          "(benchmarks/timing.py), where the timed call writes back none of the flush's dirty lines.", "",
+          "| case | impl | ms | speed-up vs bf16 _grouped_mm | ms, read flush | speed-up, read flush | GB/s | "
+          "% copy BW | TFLOP/s | rel. err vs NVFP4 ref |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sections.get("gemm") or []:
         if "error" in r:
-            L.append(f"| {r['case']} | {r.get('impl', '-')} | error: {r['error'][:120]} ||||||")
+            L.append(f"| {r['case']} | {r.get('impl', '-')} | error: {r['error'][:120]} ||||||||")
             continue
         L.append(f"| {r['case']} | {r['impl']} | {r['ms']:.4f} | {_f(r.get('speedup_vs_bf16'), '.2f')}x | "
+                 f"{_f(r.get('ms_read_flush'), '.4f')} | {_f(r.get('speedup_vs_bf16_read_flush'), '.2f')}x | "
                  f"{r['GBs']:.0f} | {r['pct_copy_bw']:.0f}% | {r['TFLOPs']:.1f} | {r['rel_err_vs_nvfp4_reference']:.2e} |")
     L += ["", "## (c) MoE layer (pyfuser/demo/moe_nvfp4.py)", "",
           "| tokens | H / I / E / top-k | impl | ms | vs bf16 eager | vs bf16 compile | rel. err vs bf16 (max / mean per token) | segments (runs) |",
@@ -556,7 +575,7 @@ def report(out_dir, meta, sections, errors, targets):
                  f"{_f(r.get('speedup_vs_compile'), '.2f')}x | {r['rel_err_max']:.3f} / {r['rel_err_mean']:.3f} | {segs or '-'} |")
     if errors:
         L += ["", "## Errors", ""] + [f"- {e['section']}: {e['error']}" for e in errors]
-    with open(os.path.join(out_dir, f"{day}-nvfp4.md"), "w") as f:
+    with open(os.path.join(out_dir, f"{stem}.md"), "w") as f:
         f.write("\n".join(L) + "\n")
     return "\n".join(L)
 
@@ -567,10 +586,13 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="small shapes (a smoke run)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--sections", default="layout,gemm,moe", help="comma-separated subset of layout,gemm,moe")
+    ap.add_argument("--read-flush", action="store_true",
+                    help="also time the GEMM rows with L2 cleared by a read (benchmarks/timing.py)")
+    ap.add_argument("--tag", default="", help="suffix of the result files' names (<date>-nvfp4-<tag>.md)")
     args = ap.parse_args(argv)
     dev = torch.device(args.device)
     torch.manual_seed(0)
-    timer = Timer(dev, args.quick)
+    timer = Timer(dev, args.quick, read_flush=args.read_flush)
     copy_bw = copy_bandwidth(dev, timer)
     meta = {
         "date": datetime.date.today().isoformat(),
@@ -597,7 +619,7 @@ def main(argv=None):
         if dev.type == "cuda":
             torch.cuda.empty_cache()
     targets = check_targets(sections)
-    print(report(args.out, meta, sections, errors, targets))
+    print(report(args.out, meta, sections, errors, targets, args.tag))
 
 
 if __name__ == "__main__":
