@@ -808,12 +808,13 @@ COMPILE = textwrap.dedent(
                "out_ptr": "*i32" if unit_log2 else "*u8", "m": "i32", "k_units": "i32", "g": "i32",
                "stride_m": "i64", "stride_k": "i32", "pk_units": "i32", "n_rows": "i32", "LOG2_G": "constexpr",
                "UNIT_LOG2": "constexpr", "BLOCK_R": "constexpr", "BLOCK_C": "constexpr", "WIDE": "constexpr",
-               **check_sig}
+               **check_sig, "span_units": "i32", "PREFETCH_LINES": "constexpr", "LINE_UNITS": "constexpr"}
         consts = {"LOG2_G": 3, "UNIT_LOG2": unit_log2, "BLOCK_R": 32, "BLOCK_C": 64, "WIDE": wide,
-                  **check_consts(check)}
+                  **check_consts(check), "PREFETCH_LINES": 128, "LINE_UNITS": 32 if unit_log2 else 128}
         ptx = compile_ptx(lk._layout_op_kernel, sig, consts)
         report[f"layout-{unit_log2}-{wide}-{check}"] = "st.global" in ptx
         stores[f"layout-{unit_log2}-{wide}-{check}"] = ptx.count("st.global")
+        stores[f"layout-{unit_log2}-{wide}-{check}:prefetches"] = ptx.count("prefetch.global.L2")
     # (the last field, SCALE_STORE: the swizzled layouts' scales as bytes, words, or words from interleaved rows)
     variants = (("fp32", 0, 0, False, False, False, 0), ("i32", 1, 1, True, False, False, 0),
                 ("i32", 2, 2, True, False, False, 0), ("i64", 2, 3, False, True, False, 0),
@@ -863,6 +864,8 @@ def test_kernels_compile_for_sm90():
                                 ("quantize-i32-2-2", "quantize-i32-2-2-check"),
                                 ("quantize-i64-2-3", "quantize-i64-2-3-check")):
         assert stores[with_check] > stores[without], (with_check, stores)
+    # The layout op asks L2 for its input's lines with one prefetch per lane (PREFETCH_LINES = 128 on 4 warps).
+    assert all(v >= 1 for k, v in stores.items() if k.endswith(":prefetches")), stores
     # The fast encoding packs 4 pairs per word with FP4_PACK_PTX: per tile, 2 halves of the 2 blocks a thread
     # holds (4 x 512 tiles on 2 warps), and 2 tiles.
     assert all(v == 8 for k, v in stores.items() if k.endswith(":packed-words")), stores

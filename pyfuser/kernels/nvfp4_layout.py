@@ -72,6 +72,7 @@ import triton.language as tl
 from ..codegen.interpreter_compat import interpreting
 from ..codegen.kernel_builder import COMPILE_OPTIONS
 from ..codegen.launcher import bound_launch, cdiv, next_pow2, triton_usable
+from ..codegen.plan import sm_count
 from ..codegen.prologue import LoadPrologue
 from ..ops import narrow_precision as ops
 from ..ops.offset_checks import PreparedGroupCheck
@@ -99,6 +100,13 @@ SCAN_LOG2_G_MAX = tl.constexpr(4)
 # graphs (benchmarks/results/2026-12-03-quantize-layouts-run3.md): plain 49.7 -> 47.3 us, swizzled 49.8 -> 49.5,
 # grouped 51.9 -> 51.3. At 72 it spills.
 QUANTIZE_MAX_REGISTERS = 80
+
+# The layout op asks L2 for its whole input first (_prefetch_input_share) when its grid is one wave (at most one
+# program per multiprocessor: the launch's time is then latency, two DRAM trips in a row) and the input's memory
+# span is at most this many bytes. benchmarks/ab_layout_prefetch.py, e4m3 [m, 256], g=8, H100: decode (m=128, 36
+# programs) 5.98 -> 5.28 us, 1.19x -> 1.05x a copy of its bytes; prefill (m=16384, 544 programs, bandwidth-bound)
+# 8.29 -> 9.34 us with it, so it stays off there.
+LAYOUT_PREFETCH_MAX_BYTES = 1 << 20
 
 # Scale layouts of the quantize kernel (constexpr SCALE_LAYOUT).
 _PLAIN, _SWIZZLED, _GROUPED = 0, 1, 2
@@ -257,15 +265,34 @@ def _buffer_sources(brow, ucol, in_offsets_ptr, out_offsets_ptr, g, m, k_units, 
 # Layout op
 # ----------------------------------------------------------------------------------------------------------------
 
-@triton.jit(do_not_specialize=["check_m", "check_capacity"])
+@triton.jit
+def _prefetch_input_share(in_ptr, span_units, LINE_UNITS: tl.constexpr, LINES: tl.constexpr):
+    """Ask L2 for this program's share of the input's memory span: LINES lines of LINE_UNITS units, the program's
+    linear id-th such share (programs past the span ask for nothing). Inline PTX, a hint with no result: it
+    overlaps the input's trip from DRAM with the program's offset loads and group search, which the input loads
+    wait for (see _layout_op_kernel)."""
+    pid = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
+    first = pid.to(tl.int64) * (LINES * LINE_UNITS)
+    if first < span_units:
+        lines = tl.minimum(first + tl.arange(0, LINES) * LINE_UNITS, span_units - 1)
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [in_ptr + lines],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit(do_not_specialize=["check_m", "check_capacity", "span_units"])
 def _layout_op_kernel(
     in_ptr, in_offsets_ptr, out_offsets_ptr, out_ptr, flags_ptr,
-    m, k_units, g, stride_m, stride_k, pk_units, n_rows, check_m, check_capacity,
+    m, k_units, g, stride_m, stride_k, pk_units, n_rows, check_m, check_capacity, span_units,
     LOG2_G: tl.constexpr, UNIT_LOG2: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
     WIDE: tl.constexpr, CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
+    PREFETCH_LINES: tl.constexpr = 0, LINE_UNITS: tl.constexpr = 1,
 ):
     # One [BLOCK_R, BLOCK_C] tile of the buffer (units of 2**UNIT_LOG2 elements, moved as raw integer bits, so
     # every dtype is copied exactly); padding is written as zeros.
+    if PREFETCH_LINES > 0:
+        # A program's input loads wait for its group search, which waits for the offsets: two trips to DRAM in a
+        # row where a copy makes one. The grid asks L2 for the whole input first, so the second trip ends in L2.
+        _prefetch_input_share(in_ptr, span_units, LINE_UNITS, PREFETCH_LINES)
     if CHECK:  # the offsets' device check, by program (0, 0)
         if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
             _offsets_check(flags_ptr, in_offsets_ptr, out_offsets_ptr, g, check_m, check_capacity, CHECK_EVERY_ROW,
@@ -302,10 +329,12 @@ class LayoutOp:
     are the tensors' own addresses: the integer views it takes are built only where Triton's JIT sees them.
 
     ``check`` (an offset_checks.GroupCheck of these offsets): also bind the launch whose program (0, 0) runs the
-    offsets' device check (``fuses_check``; a call passes ``check_flags``), saving the check's own launch."""
+    offsets' device check (``fuses_check``; a call passes ``check_flags``), saving the check's own launch.
+    ``prefetch``: whether the programs first ask L2 for the input (on the GPU); None decides by
+    LAYOUT_PREFETCH_MAX_BYTES and the grid."""
 
     def __init__(self, input, input_offsets, output_offsets, *, block_rows=None, block_cols=None, num_warps=4,
-                 check=None):
+                 check=None, prefetch=None):
         _check_device(input, "layout_op")
         if input.dim() != 2:
             raise ValueError(f"layout_op: input must be 2-D [m, k], got shape {tuple(input.shape)}")
@@ -329,13 +358,20 @@ class LayoutOp:
         pk_units = pk // unit
         bc, br = _layout_tile(pk_units, block_rows, block_cols)
         wide = max(self.numel // unit, m * abs(src.stride(0)) + k * abs(src.stride(1))) >= _INT32_LIMIT
+        span_units = (m - 1) * abs(src.stride(0)) + (k // unit - 1) * abs(src.stride(1)) + 1 if m else 0
+        unit_bytes = input.element_size() * unit
+        grid = (cdiv(n_rows, br), cdiv(pk_units, bc))
+        if prefetch is None:
+            prefetch = span_units * unit_bytes <= LAYOUT_PREFETCH_MAX_BYTES and grid[0] * grid[1] <= sm_count()
+        prefetch = prefetch and span_units > 0 and not interpreting()  # (inline PTX: the GPU only)
 
         def bind(check):
             check_ints, check_meta = fused_check_args(check, g)
             return bound_launch(
-                _layout_op_kernel, (cdiv(n_rows, br), cdiv(pk_units, bc)),
-                (m, k // unit, g, src.stride(0), src.stride(1), pk_units, n_rows, *check_ints),
-                dict(LOG2_G=_log2_ceil(g), UNIT_LOG2=unit_log2, BLOCK_R=br, BLOCK_C=bc, WIDE=wide, **check_meta),
+                _layout_op_kernel, grid,
+                (m, k // unit, g, src.stride(0), src.stride(1), pk_units, n_rows, *check_ints, span_units),
+                dict(LOG2_G=_log2_ceil(g), UNIT_LOG2=unit_log2, BLOCK_R=br, BLOCK_C=bc, WIDE=wide, **check_meta,
+                     PREFETCH_LINES=32 * num_warps if prefetch else 0, LINE_UNITS=max(128 // unit_bytes, 1)),
                 num_warps, device=input.device)
 
         self.launch = bind(None)
