@@ -384,7 +384,8 @@ def test_ragged_rows_split_off_their_interior_tiles(dtype, cols, split, layout):
 
 def test_bf16_widening_keeps_every_bit_pattern():
     # Every bf16 bit pattern (NaN payloads, subnormals, -0.0) widened to fp32 exactly as ATen widens it, in a
-    # tile and in a per-row value, over rows of even and odd width.
+    # tile and in a per-row value, over rows of even and odd width; the widenings run as integer shifts
+    # (_bf16_to_f32, the form the kernels use: fewer instructions than the conversion on sm_90).
     bits = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)
     x = bits.view(torch.bfloat16).reshape(256, 256).to(DEVICE)
     for t in (x, x[:, :255]):
@@ -398,6 +399,7 @@ def test_bf16_widening_keeps_every_bit_pattern():
         wide, prod = fd.execute([t])
         bits_equal(wide, t.float())
         assert_same(prod, t.float() * t.amax(1, keepdim=True).float(), atol=0, rtol=0)
+        assert " = _bf16_to_f32(" in fd.last_execution()[0].kernel_source
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "sliced"])
