@@ -16,7 +16,8 @@ from harness import DEVICE, load_source_module, make
 from sm90 import compile_cubin, compile_ptx, gpu_plans, kernel_spec, resource_usage
 
 triton = pytest.importorskip("triton")
-MARK = gelu_tanh_bf16.TEMPLATE.split("(")[0] + "("
+MARK = gelu_tanh_bf16.TEMPLATE.split("(")[0]  # (also the prefix of the half form's name)
+HALF = gelu_tanh_bf16.TEMPLATE_HALF.split("(")[0] + "("
 
 
 @pytest.fixture(autouse=True)
@@ -64,9 +65,34 @@ def test_bf16_gelu_tail_takes_the_fast_form_and_compiles_for_sm90(monkeypatch, o
     with FusionDefinition() as fd:
         _gelu(fd, x, order=order)
     (p,) = gpu_plans(monkeypatch, fd, [x])
-    assert MARK in _body(p.source) and "_tanh_f32(" not in _body(p.source)
+    # h = 0.5 * y: the half form, from y (the multiply by 0.5 goes)
+    assert HALF in _body(p.source) and "_tanh_f32(" not in _body(p.source)
     (ptx,) = compile_ptx([kernel_spec(p, specialized=True)])
     assert "ex2.approx.ftz.f32" in ptx and "mad.lo.u32" in ptx
+    assert "fma.rn.f32 t, t, 0f3F000000, 0f3F000000;" in ptx and "0f3F000000;\n\tmul" not in ptx
+
+
+@pytest.mark.parametrize("case, half", [
+    ("tanh(y), h = 0.5 y", True),
+    ("tanh(y * y - 3 y), h = 0.5 y", True),
+    ("tanh(y), h = 0.25 y", False),  # h is not half of a value
+    ("tanh(y + 1), h = 0.5 y", False),  # a constant term: a subnormal y need not give u = 1
+    ("tanh(1e30 y), h = 0.5 y", False),  # a coefficient too large for that
+    ("tanh(w), h = 0.5 y", False),  # z not a function of y
+])
+def test_the_half_form_is_taken_only_where_a_subnormal_y_gives_u_1(monkeypatch, case, half):
+    x, w = make((8, 1024), torch.bfloat16), make((8, 1024), torch.bfloat16)
+    with FusionDefinition() as fd:
+        y = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
+        other = fd.ops.cast(fd.from_pytorch(w), DataType.Float)
+        z = {"tanh(y), h = 0.5 y": y, "tanh(y), h = 0.25 y": y, "tanh(y + 1), h = 0.5 y": fd.ops.add(y, 1.0),
+             "tanh(y * y - 3 y), h = 0.5 y": fd.ops.sub(fd.ops.mul(y, y), fd.ops.mul(y, 3.0)),
+             "tanh(1e30 y), h = 0.5 y": fd.ops.mul(y, 1e30), "tanh(w), h = 0.5 y": other}[case]
+        u = fd.ops.add(fd.ops.tanh(z), 1.0)
+        h = fd.ops.mul(y, 0.25 if "0.25" in case else 0.5)
+        fd.add_output(fd.ops.cast(fd.ops.mul(h, u), DataType.BFloat16))
+    src = _body(gpu_plans(monkeypatch, fd, [x, w])[-1].source)
+    assert (HALF in src) == half and (MARK + "(" in src) == (not half)
 
 
 def _resource_usage(p) -> dict:
@@ -188,6 +214,19 @@ def count_mismatches(h_ptr, count_ptr, start, BLOCK: tl.constexpr):
     ours = _gelu_tanh_tail_bf16(z, h).to(tl.bfloat16).to(tl.int16, bitcast=True)
     exact = (h * (libdevice.tanh(z) + 1.0)).to(tl.bfloat16).to(tl.int16, bitcast=True)
     tl.atomic_add(count_ptr + tl.program_id(1), tl.sum((ours != exact).to(tl.int32)))
+
+
+@triton.jit
+def count_mismatches_half(y_ptr, count_ptr, start, BLOCK: tl.constexpr):
+    # The half form from y against the exact form of h = RN(0.5 y), over the pairs the form is taken for: a
+    # subnormal y only with |z| < 2^-40 (kernel_builder._halved)
+    bits = start + tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)[None, :]
+    z = bits.to(tl.int32).to(tl.float32, bitcast=True)
+    y = tl.load(y_ptr + tl.program_id(1) + tl.zeros([1, 1], tl.int32))
+    ours = _gelu_tanh_tail_bf16_half(z, y).to(tl.bfloat16).to(tl.int16, bitcast=True)
+    exact = ((y * 0.5) * (libdevice.tanh(z) + 1.0)).to(tl.bfloat16).to(tl.int16, bitcast=True)
+    taken = (tl.abs(y) >= 1.1754943508222875e-38) | (y == 0) | (y != y) | (tl.abs(z) < 9.094947017729282e-13)
+    tl.atomic_add(count_ptr + tl.program_id(1), tl.sum(((ours != exact) & taken).to(tl.int32)))
 '''
 
 _CHUNK = 1 << 28
@@ -223,13 +262,14 @@ def test_bf16_gelu_tails_equal_the_exact_form_for_every_fp32_z(tmp_path):
     mod = load_source_module(_KERNELS, tmp_path, "gelu_tail_kernels")
     g = torch.Generator().manual_seed(0)
     special = [1.0, -1.0, 0.5, -0.5, 3.0, 0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-30, -1e-40,
+               1.401298464324817e-45, -4.203895392974451e-45, 2.0 ** -125 + 2.0 ** -148,
                1.1754943508222875e-38, 2.0 ** 126, 1.7e38, -3.4028234663852886e38, 65504.0, 0.3183, -7.25]
     log_uniform = torch.exp2(torch.rand(12, generator=g) * 250 - 125) * torch.randint(0, 2, (12,), generator=g).mul(2).sub(1)
     hs = torch.cat([torch.tensor(special), log_uniform]).float().cuda()
-    counts = torch.zeros(len(hs), dtype=torch.int32, device="cuda")
-    block, chunk = 4096, 1 << 30
-    for start in range(-(1 << 31), 1 << 31, chunk):
-        mod.count_mismatches[(chunk // block, len(hs))](hs, counts, start, BLOCK=block, num_warps=4,
-                                                        **COMPILE_OPTIONS)
-    bad = counts.nonzero().flatten().tolist()
-    assert not bad, [(float(hs[i]), int(counts[i])) for i in bad]
+    for kernel in (mod.count_mismatches, mod.count_mismatches_half):  # (the half form takes them as y)
+        counts = torch.zeros(len(hs), dtype=torch.int32, device="cuda")
+        block, chunk = 4096, 1 << 30
+        for start in range(-(1 << 31), 1 << 31, chunk):
+            kernel[(chunk // block, len(hs))](hs, counts, start, BLOCK=block, num_warps=4, **COMPILE_OPTIONS)
+        bad = counts.nonzero().flatten().tolist()
+        assert not bad, (kernel.fn.__name__, [(float(hs[i]), int(counts[i])) for i in bad])

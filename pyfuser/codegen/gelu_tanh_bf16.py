@@ -40,10 +40,23 @@ _MIN_U = 0.4629
 WINDOW = math.ceil(2.0 ** 24 * U_ABS_ERROR / _MIN_U) + 2
 
 TEMPLATE = "_gelu_tanh_tail_bf16({0}, {1})"  # z, h: the kernel IR op replacing g = h * (tanh(z) + 1)
+# z, y: the same where h = 0.5 * y. The tail then computes u/2 = RN(0.5 + 0.5 t) by one multiply-add (exact: it is
+# RN(1 + t) scaled by a power of two, and u >= 2^-24 is normal) where it added 1, and g = RN(y * u/2), which is
+# RN(h * u): one rounding of the same real, as h = 0.5 y is exact, unless y is subnormal. So the form is only taken
+# where a subnormal y makes u = 1 (then both are RN(y / 2)): where z is a polynomial in y without a constant term and
+# with small coefficients (kernel_builder._halved), as in a GELU, so that |tanh z| <= |z| < 2^-25 for |y| < 2^-126.
+# The multiply by 0.5 before the tail goes: one instruction per element.
+TEMPLATE_HALF = "_gelu_tanh_tail_bf16_half({0}, {1})"
 
 
-def _lane(k: int) -> str:
-    """The fast path of lane k: $k is g, $(4+k) is z, $(8+k) is h."""
+def _plus_one(dst: str, src: str, half: bool) -> str:
+    """u = RN(1 + src), or u/2 = RN(0.5 + 0.5 src) in the half form (then $(8+k) is y, not h)."""
+    return (f"fma.rn.f32 {dst}, {src}, 0f3F000000, 0f3F000000;" if half else
+            f"add.rn.f32 {dst}, {src}, 0f3F800000;")
+
+
+def _lane(k: int, half: bool = False) -> str:
+    """The fast path of lane k: $k is g, $(4+k) is z, $(8+k) is h (y in the half form)."""
     z, h = f"${4 + k}", f"${8 + k}"
     return f"""
         abs.f32 a{k}, {z};
@@ -56,14 +69,14 @@ def _lane(k: int) -> str:
         and.b32 s, {z}, 0x80000000;
         or.b32 b, b, s;
         mov.b32 t, b;
-        add.rn.f32 t, t, 0f3F800000;
+        {_plus_one("t", "t", half)}
         mul.rn.f32 g{k}, {h}, t;
         mov.b32 b, g{k};
         mad.lo.u32 b, b, 65536, {((0x8000 + WINDOW) & 0xFFFF) << 16:#x};
         setp.le.{"" if k == 0 else "or."}u32 slow, b, {(2 * WINDOW) << 16:#x}{"" if k == 0 else ", slow"};"""
 
 
-def _exact_lane(k: int) -> str:
+def _exact_lane(k: int, half: bool = False) -> str:
     """libdevice's polynomial half for lane k where |z| < 0.6 (NaN included: setp.ltu), and g from it."""
     z, h = f"${4 + k}", f"${8 + k}"
     return f"""
@@ -74,19 +87,19 @@ def _exact_lane(k: int) -> str:
         fma.rn.f32 p, p, x2, 0fBEAAA9ED;
         fma.rn.f32 p, p, x2, 0f00000000;
         fma.rn.f32 p, p, {z}, {z};
-        add.rn.f32 p, p, 0f3F800000;
+        {_plus_one("p", "p", half)}
         @small mul.rn.f32 g{k}, {h}, p;"""
 
 
-def ptx_block(exact_path: bool = True) -> str:
-    """The inline-PTX block of four lanes ($0-$3: g, $4-$7: z, $8-$11: h); without ``exact_path``, the fast path
-    alone (what the GPU test measures the error bound on)."""
-    exact = (f"\n        @!slow bra GELU_DONE_${{:uid}};{''.join(_exact_lane(k) for k in range(4))}"
+def ptx_block(exact_path: bool = True, half: bool = False) -> str:
+    """The inline-PTX block of four lanes ($0-$3: g, $4-$7: z, $8-$11: h, or y with ``half``); without
+    ``exact_path``, the fast path alone (what the GPU test measures the error bound on)."""
+    exact = (f"\n        @!slow bra GELU_DONE_${{:uid}};{''.join(_exact_lane(k, half) for k in range(4))}"
              f"\n        GELU_DONE_${{:uid}}:") if exact_path else ""
     return f"""{{
         .reg .f32 a<4>, g<4>, e, t, x2, p;
         .reg .b32 b, s;
-        .reg .pred small, slow;{"".join(_lane(k) for k in range(4))}{exact}
+        .reg .pred small, slow;{"".join(_lane(k, half) for k in range(4))}{exact}
         mov.b32 $0, g0;
         mov.b32 $1, g1;
         mov.b32 $2, g2;
@@ -104,4 +117,12 @@ def _gelu_tanh_tail_bf16(z, h):
     return tl.inline_asm_elementwise(
         """{ptx_block()}""",
         "=r,=r,=r,=r,r,r,r,r,r,r,r,r", [z, h], dtype=tl.float32, is_pure=True, pack=4)
+
+
+@triton.jit
+def _gelu_tanh_tail_bf16_half(z, y):
+    # The same for h = 0.5 * y, from y: u/2 = RN(0.5 + 0.5 t) and g = RN(y * u/2), which is RN(h * u).
+    return tl.inline_asm_elementwise(
+        """{ptx_block(half=True)}""",
+        "=r,=r,=r,=r,r,r,r,r,r,r,r,r", [z, y], dtype=tl.float32, is_pure=True, pack=4)
 '''

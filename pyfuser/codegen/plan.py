@@ -399,7 +399,8 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
                      dims=list(dom.dims_of[id(prologue_of)]), fixed_names=fixed_names, sizes=sizes)
     # The GELU tail's PTX block holds four lanes' operands at once (46 registers uncapped); capped, more programs
     # fit per SM with no spill (sass_census.py). kernel_source put it in as a node of its own.
-    uses_tail = any(v.kind == "op" and v.template == gelu_tanh_bf16.TEMPLATE for v in kb.nodes)
+    uses_tail = any(v.kind == "op" and v.template in (gelu_tanh_bf16.TEMPLATE, gelu_tanh_bf16.TEMPLATE_HALF)
+                    for v in kb.nodes)
     max_registers = TUNING["bf16_gelu_tail_max_registers"] if uses_tail else None
     return KernelPlan(name, source, mode, pointer_inputs, outputs, scalar_vals, fixed, block_r, block_c, grid,
                       num_warps, n_rows, n_cols, arg_types, tuple(kb.checks), state, max_registers)
