@@ -4,8 +4,9 @@ Run on the GPU machine:  PYTHONPATH=$PWD python3 benchmarks/ab_layout_prefetch.p
 
 The layout op's programs find their input rows by searching the offsets, so their input loads start one DRAM trip
 later than a copy's; the prefetch (nvfp4_layout._prefetch_input_share; LayoutOp's default turns it on for grids of
-one wave and inputs up to LAYOUT_PREFETCH_MAX_BYTES) asks L2 for the input at the start instead. Both variants are prepared ``LayoutOp``s
-(the kernel launched directly: do_bench's L2 flush keeps the GPU behind the host, so these are GPU times) on
+one wave and inputs up to LAYOUT_PREFETCH_MAX_BYTES) asks L2 for the input at the start instead. Both variants
+are prepared ``LayoutOp``s (the kernel launched directly: do_bench's L2 flush keeps the GPU behind the host, so
+these are GPU times) on
 bench_nvfp4.py's e4m3 [m, 256] scales, g = 8 uneven groups, m = 128 (decode) and 16384 (prefill). Each round times
 every variant with do_bench's zeroing flush and with a reading one (timing.py), interleaved; the report gives
 medians over rounds, and the time over a same-size copy's. Variants run in one process, so the microsecond
