@@ -779,6 +779,22 @@ def test_no_fused_check_without_a_launch_or_a_grouped_layout():
     assert not lk.BlockQuantize(make((4, 32))).fuses_check
 
 
+def test_layout_prefetch_only_for_one_wave_over_a_small_input():
+    # The L2 prefetch pays where the grid is one wave (decode: two DRAM trips in a row are the launch's time) and
+    # cost 12% at prefill (many waves, bandwidth-bound; benchmarks/ab_layout_prefetch.py).
+    from pyfuser.kernels import nvfp4_layout as lk
+
+    assert lk.layout_prefetch_pays(32 << 10, 36, 132)  # decode-sized scales
+    assert not lk.layout_prefetch_pays(4 << 20, 544, 132)  # prefill: many waves
+    assert not lk.layout_prefetch_pays(lk.LAYOUT_PREFETCH_MAX_BYTES + 1, 8, 132)
+    assert not lk.layout_prefetch_pays(0, 1, 132)
+    starts, outs = offsets([3, 1])
+    x = make((4, 4), FP8)
+    # the interpreter runs no PTX: never, whatever is asked
+    assert lk.LayoutOp(x, starts, outs, prefetch=True).prefetch == (DEVICE.type == "cuda")
+    assert not lk.LayoutOp(x, starts, outs, prefetch=False).prefetch
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Ahead-of-time compile for the H200 (sm_90)
 # ---------------------------------------------------------------------------------------------------------------

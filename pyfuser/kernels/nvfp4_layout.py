@@ -348,6 +348,7 @@ class LayoutOp:
         self.shape, self.dtype, self.device, self.numel = (m, k), input.dtype, input.device, n_rows * pk
         self.dense_offsets = input_offsets.stride(0) == 1 and output_offsets.stride(0) == 1
         self.launch = self.checked = None  # (nothing to launch: an empty buffer, k = 0)
+        self.prefetch = False
         if self.numel == 0:
             return
         unit_log2 = _unit_log2(input)
@@ -362,8 +363,9 @@ class LayoutOp:
         unit_bytes = input.element_size() * unit
         grid = (cdiv(n_rows, br), cdiv(pk_units, bc))
         if prefetch is None:
-            prefetch = span_units * unit_bytes <= LAYOUT_PREFETCH_MAX_BYTES and grid[0] * grid[1] <= sm_count()
+            prefetch = layout_prefetch_pays(span_units * unit_bytes, grid[0] * grid[1], sm_count())
         prefetch = prefetch and span_units > 0 and not interpreting()  # (inline PTX: the GPU only)
+        self.prefetch = prefetch
 
         def bind(check):
             check_ints, check_meta = fused_check_args(check, g)
@@ -403,6 +405,12 @@ class LayoutOp:
                             storage.view(self.bits).view(self.unit_bits), flags))
         m, k = self.shape
         return torch.as_strided(storage, (m, k), (k, 1))
+
+
+def layout_prefetch_pays(span_bytes: int, programs: int, sms: int) -> bool:
+    """Whether the layout op's programs should first ask L2 for the input: a grid of one wave (its time is the
+    latency of two DRAM trips in a row) over an input of at most LAYOUT_PREFETCH_MAX_BYTES."""
+    return 0 < span_bytes <= LAYOUT_PREFETCH_MAX_BYTES and programs <= sms
 
 
 def _unit_log2(t: torch.Tensor) -> int:
