@@ -121,6 +121,21 @@ def test_the_tail_kernel_is_capped_at_its_register_budget_without_spilling(monke
     assert _resource_usage(p)["REG"] > cap
 
 
+def test_the_half_form_analysis_scales_each_shared_term_once(monkeypatch):
+    # z = y^(2^40) by repeated squaring: a DAG of 40 nodes whose tree has 2^40 leaves. The analysis of whether z
+    # vanishes with y must visit each node once (it would not finish otherwise), and it may take the half form.
+    x = make((8, 1024), torch.bfloat16)
+    with FusionDefinition() as fd:
+        y = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
+        z = y
+        for _ in range(40):
+            z = fd.ops.mul(z, z)
+        u = fd.ops.add(fd.ops.tanh(z), 1.0)
+        fd.add_output(fd.ops.cast(fd.ops.mul(fd.ops.mul(y, 0.5), u), DataType.BFloat16))
+    src = _body(gpu_plans(monkeypatch, fd, [x])[-1].source)
+    assert HALF in src
+
+
 @pytest.mark.parametrize("kw", [dict(out_dtype=DataType.Float), dict(out_dtype=DataType.Half), dict(store="tanh"),
                                 dict(store="sum"), dict(store="product")],
                          ids=["fp32 output", "fp16 output", "tanh stored", "sum stored", "product stored"])

@@ -1229,22 +1229,30 @@ def _halved(h: KValue, z: KValue) -> Optional[KValue]:
     return None
 
 
-def _vanishing_scale(v: KValue, y: KValue) -> Optional[float]:
+def _vanishing_scale(v: KValue, y: KValue, memo: Optional[dict] = None) -> Optional[float]:
     """S with |v| <= S |y| (up to roundings) for every |y| <= 1, where v is built from y by products (with each
     other or with literals) and sums and differences of such terms: a polynomial in y without a constant term.
-    None for anything else."""
+    None for anything else. Each node is scaled once (``memo``): the kernel IR is a DAG, whose shared terms
+    (repeated squarings) a plain recursion would visit exponentially often."""
     if v is y:
         return 1.0
     if not (isinstance(v, KValue) and v.kind == "op" and v.template in ("{0} * {1}", "{0} + {1}", "{0} - {1}")):
         return None
+    memo = {} if memo is None else memo
+    if v.uid not in memo:
+        memo[v.uid] = _scale_of_term(v, y, memo)
+    return memo[v.uid]
+
+
+def _scale_of_term(v: KValue, y: KValue, memo: dict) -> Optional[float]:
     a, b = v.operands
     consts = [o for o in (a, b) if isinstance(o, KValue) and o.kind == "const"]
     if v.template == "{0} * {1}" and len(consts) == 1 and isinstance(consts[0].value, (int, float)):
-        inner = _vanishing_scale(b if consts[0] is a else a, y)
+        inner = _vanishing_scale(b if consts[0] is a else a, y, memo)
         return None if inner is None else inner * abs(float(consts[0].value))
     if consts:
         return None
-    sa, sb = _vanishing_scale(a, y), _vanishing_scale(b, y)
+    sa, sb = _vanishing_scale(a, y, memo), _vanishing_scale(b, y, memo)
     if sa is None or sb is None:
         return None
     return sa * sb if v.template == "{0} * {1}" else sa + sb

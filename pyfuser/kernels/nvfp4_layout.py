@@ -285,13 +285,14 @@ def _layout_op_kernel(
     m, k_units, g, stride_m, stride_k, pk_units, n_rows, check_m, check_capacity, span_units,
     LOG2_G: tl.constexpr, UNIT_LOG2: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
     WIDE: tl.constexpr, CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
-    PREFETCH_LINES: tl.constexpr = 0, LINE_UNITS: tl.constexpr = 1,
+    PREFETCH_LINES: tl.constexpr, LINE_UNITS: tl.constexpr,
 ):
     # One [BLOCK_R, BLOCK_C] tile of the buffer (units of 2**UNIT_LOG2 elements, moved as raw integer bits, so
     # every dtype is copied exactly); padding is written as zeros.
     if PREFETCH_LINES > 0:
         # A program's input loads wait for its group search, which waits for the offsets: two trips to DRAM in a
-        # row where a copy makes one. The grid asks L2 for the whole input first, so the second trip ends in L2.
+        # row where a copy makes one. The grid first asks L2 for the input (PREFETCH_LINES lines a program, which
+        # covers the small inputs it is on for), so the second trip ends in L2.
         _prefetch_input_share(in_ptr, span_units, LINE_UNITS, PREFETCH_LINES)
     if CHECK:  # the offsets' device check, by program (0, 0)
         if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
