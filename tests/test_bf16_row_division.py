@@ -12,7 +12,7 @@ import torch
 from pyfuser import DataType, FusionDefinition
 from pyfuser.codegen import kernel_builder, plan
 from pyfuser.runtime import plan as runtime_plan
-from pyfuser.codegen.kernel_builder import COMPILE_OPTIONS, PRELUDE
+from pyfuser.codegen.kernel_builder import COMPILE_OPTIONS, prelude
 from harness import DEVICE, load_source_module, make
 from sm90 import compile_ptx, gpu_plans, kernel_spec
 
@@ -86,7 +86,7 @@ _KERNEL = '''
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
-''' + PRELUDE + '''
+''' + prelude() + '''
 
 @triton.jit
 def count_mismatches(b_ptr, count_ptr, start, BLOCK: tl.constexpr):

@@ -11,7 +11,7 @@ import torch
 
 from pyfuser import DataType, FusionDefinition
 from pyfuser.codegen import gelu_tanh_bf16
-from pyfuser.codegen.kernel_builder import COMPILE_OPTIONS, PRELUDE
+from pyfuser.codegen.kernel_builder import COMPILE_OPTIONS, prelude
 from harness import DEVICE, load_source_module, make
 from sm90 import compile_cubin, compile_ptx, gpu_plans, kernel_spec, resource_usage
 
@@ -136,6 +136,19 @@ def test_the_half_form_analysis_scales_each_shared_term_once(monkeypatch):
     assert HALF in src
 
 
+def test_the_window_is_the_measured_one_on_sm90_and_the_documented_one_elsewhere():
+    assert gelu_tanh_bf16.window(gelu_tanh_bf16.U_ABS_ERROR) == gelu_tanh_bf16.WINDOW == 37
+    assert gelu_tanh_bf16.device_bound((9, 0)) == 2.0 ** -22 and gelu_tanh_bf16.window(2.0 ** -22) == 11
+    for other in ((8, 0), (8, 9), (10, 0), (12, 0)):
+        assert gelu_tanh_bf16.device_bound(other) == gelu_tanh_bf16.U_ABS_ERROR
+    # the midpoint test's two immediates: low 16 bits of g shifted up, plus 0x8000 + w; slow where <= 2w
+    for w, add, limit in ((37, "0x80250000", "0x4a0000"), (11, "0x800b0000", "0x160000")):
+        text = gelu_tanh_bf16.prelude(w)
+        assert text.count(f"mad.lo.u32 b, b, 65536, {add};") == 8 and text.count(f"u32 slow, b, {limit}") == 8
+    if not torch.cuda.is_available():
+        assert gelu_tanh_bf16.prelude(37) in prelude()
+
+
 @pytest.mark.parametrize("kw", [dict(out_dtype=DataType.Float), dict(out_dtype=DataType.Half), dict(store="tanh"),
                                 dict(store="sum"), dict(store="product")],
                          ids=["fp32 output", "fp16 output", "tanh stored", "sum stored", "product stored"])
@@ -200,7 +213,7 @@ _KERNELS = '''
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
-''' + PRELUDE + '''
+''' + prelude() + '''
 
 @triton.jit
 def fast_u(out_ptr, start, BLOCK: tl.constexpr):
@@ -265,8 +278,10 @@ def test_fast_one_plus_tanh_is_exact_from_0_6_and_within_the_bound_below(tmp_pat
                         f"{float(exact[i])!r}: the exp form is not libdevice's at |z| >= 0.6")
         if small.any():
             worst = max(worst, float((fast[small].double() - exact[small].double()).abs().max()))
-    print(f"max |fast - exact| of 1 + tanh(z) over |z| < 0.6: {worst!r} = 2^{torch.tensor(worst).log2().item():.2f}")
-    assert worst <= gelu_tanh_bf16.U_ABS_ERROR
+    bound = gelu_tanh_bf16.device_bound()  # (this device's window rests on it: the measured bound of its architecture)
+    print(f"max |fast - exact| of 1 + tanh(z) over |z| < 0.6: {worst!r} = 2^{torch.tensor(worst).log2().item():.2f}"
+          f" (bound 2^{torch.tensor(bound).log2().item():.2f})")
+    assert worst <= bound
 
 
 @needs_gpu

@@ -10,7 +10,7 @@ import torch
 
 from pyfuser import DataType, FusionDefinition
 from pyfuser.codegen import plan
-from pyfuser.codegen.kernel_builder import COMPILE_OPTIONS, PRELUDE
+from pyfuser.codegen.kernel_builder import COMPILE_OPTIONS, prelude
 from harness import DEVICE, assert_same, load_source_module
 
 COLS = 20000  # > plan.TUNING["wide_min_cols"]: a wide looped kernel
@@ -205,7 +205,7 @@ _EXP_KERNELS = """
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
-""" + PRELUDE + """
+""" + prelude() + """
 
 @triton.jit
 def exp_pair(fast_ptr, exact_ptr, start, BLOCK: tl.constexpr):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pyfuser.codegen import elementwise_lowerings
-from pyfuser.codegen.kernel_builder import COMPILE_OPTIONS, PRELUDE
+from pyfuser.codegen.kernel_builder import COMPILE_OPTIONS, prelude
 from harness import load_source_module
 from sm90 import compile_ptx
 
@@ -20,7 +20,7 @@ _KERNELS = '''
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
-''' + PRELUDE + '''
+''' + prelude() + '''
 
 @triton.jit
 def branch_free(x_ptr, y_ptr, n, BLOCK: tl.constexpr):

@@ -14,6 +14,7 @@ A value's *level* is the number of reductions on its path; level-k full values a
 
 from __future__ import annotations
 
+import functools
 import math
 
 from dataclasses import dataclass, field
@@ -64,7 +65,7 @@ SCANS = {
     "cummin": "tl.associative_scan({x}, 1, _cummin_combine)",
 }
 
-PRELUDE = '''
+_PRELUDE = '''
 @triton.jit
 def _mul_combine(a, b):
     return a * b
@@ -246,7 +247,14 @@ def _remainder_adjust(r, b):
     # Python/torch remainder from a C remainder r (fmod, or % on integers, both take the dividend's sign): move
     # a non-zero r to the divisor's sign. A zero keeps the dividend's sign, as ATen's remainder does.
     return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
-''' + gelu_tanh_bf16.PRELUDE
+'''
+
+
+@functools.lru_cache(maxsize=None)
+def prelude() -> str:
+    """The helpers every generated kernel starts with; the bf16 tanh-GELU tail's window is the current device's
+    (gelu_tanh_bf16.device_bound: measured per architecture, else the documented bound)."""
+    return _PRELUDE + gelu_tanh_bf16.prelude(gelu_tanh_bf16.window(gelu_tanh_bf16.device_bound()))
 
 # Options every generated kernel is compiled with (the launcher passes them to the JIT launch; the interpreter
 # ignores them). Triton compiles libdevice in its flush-to-zero flavour by default: fp32 ceil/floor/sqrt/div_rn/
@@ -1362,4 +1370,4 @@ def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, 
     body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64, n_cols_factor, row_tiles, wide,
                    split_interior, full_col_tiles, online, moments, fast, sum_exp, welford_group).source(name)
     header = "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n"
-    return header + PRELUDE + "\n\n" + body
+    return header + prelude() + "\n\n" + body

@@ -29,7 +29,7 @@ import torch
 from ..ir.fusion import external_inputs
 from ..ir.nodes import TensorView
 from ..segment.loop_domain import NotFusable
-from .kernel_builder import PRELUDE, TL_DTYPE, Emitter, _expr, _Scope
+from .kernel_builder import TL_DTYPE, Emitter, _expr, _Scope, prelude
 from .plan import KernelPlan, TensorMeta, plan_kernel
 
 
@@ -115,6 +115,6 @@ def plan_prologue(segment, metas: dict, scalar_exprs: list) -> ProloguePlan:
     body = "\n".join(["@triton.jit", "def PROLOGUE(row, col, valid, A):"] + em.lines) + "\n"
     name = "pf_prologue_" + hashlib.sha1(body.encode()).hexdigest()[:12]
     header = "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n"
-    source = header + PRELUDE + "\n\n" + body.replace("def PROLOGUE(", f"def {name}(")
+    source = header + prelude() + "\n\n" + body.replace("def PROLOGUE(", f"def {name}(")
     return ProloguePlan(name, source, plan.inputs, plan.scalar_vals, fixed, plan.checks, tuple(metas[id(out)].sizes),
                         metas[id(out)].dtype)
