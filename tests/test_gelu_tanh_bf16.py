@@ -146,7 +146,17 @@ def test_the_window_is_the_measured_one_on_sm90_and_the_documented_one_elsewhere
         text = gelu_tanh_bf16.prelude(w)
         assert text.count(f"mad.lo.u32 b, b, 65536, {add};") == 8 and text.count(f"u32 slow, b, {limit}") == 8
     if not torch.cuda.is_available():
-        assert gelu_tanh_bf16.prelude(37) in prelude()
+        assert gelu_tanh_bf16.device_bound() == gelu_tanh_bf16.U_ABS_ERROR and gelu_tanh_bf16.prelude(37) in prelude()
+
+
+def test_a_process_with_an_unmeasured_gpu_beside_an_sm90_one_takes_the_documented_window(monkeypatch):
+    caps = {0: (9, 0), 1: (8, 0)}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(caps))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: caps[d])
+    assert gelu_tanh_bf16.device_bound() == gelu_tanh_bf16.U_ABS_ERROR
+    caps[1] = (9, 0)
+    assert gelu_tanh_bf16.device_bound() == 2.0 ** -22
 
 
 @pytest.mark.parametrize("kw", [dict(out_dtype=DataType.Float), dict(out_dtype=DataType.Half), dict(store="tanh"),
