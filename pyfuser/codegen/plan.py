@@ -717,7 +717,11 @@ TUNING = {
     # row length; -tuning-wide-s18-h200.json): every form faster, RMSNorm bf16 76.2 -> 75.7 (81.8 with its literal
     # length), LayerNorm bf16 68.7 -> 72.1, softmax bf16 60.2 -> 63.0, RMSNorm fp32 80.5 -> 83.7, LayerNorm fp32
     # 68.7 -> 72.0, softmax fp32 69.4 -> 72.5% of copy.
-    "wide_tiles": {"2 passes:2": (16384, 2), "2 passes:4": (16384, 4, 4),
+    # bf16 RMSNorm ("2 passes:2") runs one program per SM: its sweeps and bench runs up to the eighteenth session
+    # had 44 registers, so one of its 32-warp programs fit per SM whatever the grid; the bf16 widenings as shifts
+    # (nineteenth session) took it to 32, two programs then ran at once and [1024, 65536] went 98 -> 112 us on an
+    # H100 (bench_fusions, 2026-12-06-fusions-h100-s18.md against -s20.md; every other row within 2.5%).
+    "wide_tiles": {"2 passes:2": (16384, 2, 1), "2 passes:4": (16384, 4, 4),
                    "2 passes welford vector:2": (16384, 4), "2 passes welford column:4": (8192, 2),
                    "2 passes online:4": (16384, 2), "3 passes:2": (8192, 8)},
 }
