@@ -15,13 +15,13 @@ the compare and select saves 2 of the fast path's instructions per element. For 
 differs from the polynomial's by at most ``U_ABS_ERROR``
 (both facts measured on the GPU over every fp32 z: ``tests/test_gelu_tanh_bf16.py``). Then ``g = RN(h * u)``
 moves by at most ``|h| U_ABS_ERROR`` plus a rounding, and there u lies in (0.46, 1.54), so |h| <= |g| / 0.46:
-at most ``2^24 U_ABS_ERROR / 0.46 + 2`` ulps of g (``window``: 37). Where the largest difference was
-measured on the GPU's architecture (``MEASURED_U_ABS_ERROR``: sm_90, 2^-22), that bound sets it (11). The bf16 rounding of g can only differ from the
-exact one's if a bf16 rounding midpoint (low 16 bits 0x8000) lies that close: such g take the exact path,
-libdevice's polynomial where |z| < 0.6, four lanes behind one branch that warps rarely take. So the bf16 result
-is eager's bit for bit; only the fp32 g may differ, which is why the rewrite applies only where g is read by
-conversions to bf16 alone and nothing before it is stored (``kernel_builder._bf16_tanh_gelu_tails``). GPU only:
-the interpreter cannot run PTX.
+at most ``2^24 U_ABS_ERROR / 0.46 + 2`` ulps of g (``window``: 37; where the largest difference was measured on
+the GPU's architecture, ``MEASURED_U_ABS_ERROR``, that bound sets it: 11 on sm_90). The bf16 rounding of g can
+only differ from the exact one's if a bf16 rounding midpoint (low 16 bits 0x8000) lies that close: such g take the
+exact path, libdevice's polynomial where |z| < 0.6, four lanes behind one branch that warps rarely take. So the
+bf16 result is eager's bit for bit; only the fp32 g may differ, which is why the rewrite applies only where g is
+read by conversions to bf16 alone and nothing before it is stored (``kernel_builder._bf16_tanh_gelu_tails``). GPU
+only: the interpreter cannot run PTX.
 """
 
 from __future__ import annotations

@@ -252,8 +252,9 @@ def _remainder_adjust(r, b):
 
 @functools.lru_cache(maxsize=None)
 def prelude() -> str:
-    """The helpers every generated kernel starts with; the bf16 tanh-GELU tail's window is the current device's
-    (gelu_tanh_bf16.device_bound: measured per architecture, else the documented bound)."""
+    """The helpers every generated kernel starts with; the bf16 tanh-GELU tail's window is the visible GPUs'
+    (gelu_tanh_bf16.device_bound: the largest of their bounds, each measured per architecture or else the
+    documented one)."""
     return _PRELUDE + gelu_tanh_bf16.prelude(gelu_tanh_bf16.window(gelu_tanh_bf16.device_bound()))
 
 # Options every generated kernel is compiled with (the launcher passes them to the JIT launch; the interpreter
