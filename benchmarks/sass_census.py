@@ -39,7 +39,8 @@ _INSTR = re.compile(r"/\*[0-9a-f]{4}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
 
 def plans_for(name: str, rows: int, cols: int, dtype: torch.dtype) -> list:
     """The kernel plans of one bench_fusions case, planned for the GPU on the CPU: GPU sources, launches skipped."""
-    from pyfuser.codegen import elementwise_lowerings, kernel_builder, launcher, plan, reduction_lowerings
+    from pyfuser.codegen import (elementwise_lowerings, gelu_tanh_bf16, kernel_builder, launcher, plan, prologue,
+                                 reduction_lowerings)
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
     from sm90 import plans_of
@@ -48,6 +49,9 @@ def plans_for(name: str, rows: int, cols: int, dtype: torch.dtype) -> list:
         module.interpreting = lambda: False
     launcher.Launcher.launch = lambda self, *a, **k: None
     plan._SM_COUNT[:] = [132]
+    # the helpers as an sm_90 GPU builds them (the bf16 GELU tail's window is per architecture)
+    kernel_builder.prelude = prologue.prelude = lambda: kernel_builder.prelude_for_bound(
+        gelu_tanh_bf16.device_bound((9, 0)))
     for case, fd, _eager, inputs in bf.make_cases(rows, cols, torch.device("cpu"), dtype):
         if case.split(" [")[0] == name:
             fd.execute(inputs)

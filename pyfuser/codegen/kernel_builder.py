@@ -251,11 +251,15 @@ def _remainder_adjust(r, b):
 
 
 @functools.lru_cache(maxsize=None)
+def prelude_for_bound(u_abs_error: float) -> str:
+    """The helpers every generated kernel starts with, the bf16 tanh-GELU tail's window from ``u_abs_error``."""
+    return _PRELUDE + gelu_tanh_bf16.prelude(gelu_tanh_bf16.window(u_abs_error))
+
+
 def prelude() -> str:
-    """The helpers every generated kernel starts with; the bf16 tanh-GELU tail's window is the visible GPUs'
-    (gelu_tanh_bf16.device_bound: the largest of their bounds, each measured per architecture or else the
-    documented one)."""
-    return _PRELUDE + gelu_tanh_bf16.prelude(gelu_tanh_bf16.window(gelu_tanh_bf16.device_bound()))
+    """prelude_for_bound of the visible GPUs (gelu_tanh_bf16.device_bound: the largest of their bounds, each
+    measured per architecture or else the documented one)."""
+    return prelude_for_bound(gelu_tanh_bf16.device_bound())
 
 # Options every generated kernel is compiled with (the launcher passes them to the JIT launch; the interpreter
 # ignores them). Triton compiles libdevice in its flush-to-zero flavour by default: fp32 ceil/floor/sqrt/div_rn/
