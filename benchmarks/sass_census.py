@@ -61,7 +61,7 @@ def plans_for(name: str, rows: int, cols: int, dtype: torch.dtype) -> list:
 
 def census(p, dump: str | None = None, label: str = "") -> dict:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-    from sm90 import compile_cubin, cuobjdump, kernel_spec, resource_usage
+    from sm90 import compile_cubin, cuobjdump, kernel_spec, programs_per_sm, resource_usage
 
     (cubin,) = compile_cubin([kernel_spec(p, specialized=True)])
     sass = cuobjdump(cubin, "-sass")
@@ -86,15 +86,6 @@ def census(p, dump: str | None = None, label: str = "") -> dict:
         with open(os.path.join(dump, f"{label}{p.name}.sass"), "w") as f:
             f.write(sass)
     return row
-
-
-def programs_per_sm(regs: int, warps: int) -> int:
-    """Programs of ``warps`` warps that fit on one sm_90 SM by their registers and threads (65536 registers,
-    allocated per warp in units of 8 per thread; 2048 threads; 32 programs). Shared memory is not counted: the
-    generated kernels' is dynamic and small. Why: a kernel whose registers halve its programs per SM can lose
-    what its fewer instructions gain (the bf16 tanh-GELU tail at 46 registers, docs/codegen.md)."""
-    per_warp = 32 * -(-max(regs, 1) // 8) * 8
-    return min(65536 // (per_warp * warps), 2048 // (32 * warps), 32)
 
 
 _BRANCH = re.compile(r"/\*([0-9a-f]{4})\*/\s+@!P\d+\s+BRA\s+(0x[0-9a-f]+)")

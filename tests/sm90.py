@@ -98,6 +98,15 @@ def resource_usage(cubin: bytes) -> dict:
     return {k: int(m.group(1)) if m else None for k, m in found.items()}
 
 
+def programs_per_sm(regs: int, warps: int) -> int:
+    """Programs of ``warps`` warps that fit on one sm_90 SM by their registers and threads (65536 registers,
+    allocated per warp in units of 8 per thread; 2048 threads; 32 programs). Shared memory is not counted: the
+    generated kernels' is dynamic and small. Why: a kernel whose registers halve its programs per SM can lose
+    what its fewer instructions gain (the bf16 tanh-GELU tail at 46 registers, docs/codegen.md)."""
+    per_warp = 32 * -(-max(regs, 1) // 8) * 8
+    return min(65536 // (per_warp * warps), 2048 // (32 * warps), 32)
+
+
 def _compile(specs: list, *flags: str) -> list:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", _COMPILE, *flags], input=json.dumps(specs), capture_output=True,

@@ -139,3 +139,32 @@ def test_wide_rows_in_their_tiles_equal_eager(monkeypatch, case, io, cols, liter
     # a few fp32 ulps; bf16 outputs then round the same but near a rounding midpoint.
     tol = dict(atol=1e-5, rtol=2e-6) if io == torch.float32 else dict(atol=2 ** -14, rtol=2 ** -7)
     torch.testing.assert_close(out.float(), ref.float(), equal_nan=True, **tol)
+
+
+# Programs of each tuned wide form that ran at once on an SM when its table entry was measured ([1024, 65536]):
+# the fewer of the grid's programs per SM and what the kernel's sm_90 registers let fit. The registers decide as much
+# as the grid: bf16 RMSNorm's entry was measured with one program resident (44 registers); when a codegen change
+# took the kernel to 32, two ran at once and it lost 14% on an H100 (docs/codegen.md). A change that moves a
+# form's residency must re-sweep its entry (benchmarks/sweep_tuning.py) and update this table.
+MEASURED_RESIDENCY = {"2 passes:2": 1, "2 passes:4": 1, "2 passes welford vector:2": 1,
+                      "2 passes welford column:4": 1, "2 passes online:4": 1, "3 passes:2": 2}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("io", [torch.bfloat16, torch.float32], ids=str)
+def test_each_form_runs_as_many_programs_per_sm_as_its_entry_was_measured_with(monkeypatch, case, io):
+    from sm90 import compile_cubin, gpu_plans, kernel_spec, programs_per_sm, resource_usage
+
+    define, _, forms = CASES[case]
+    x = _rows(io, 65536, rows=2)
+    w = torch.ones(65536, dtype=io, device=DEVICE)
+    with FusionDefinition() as fd:
+        fd.add_output(define(fd, x, w))
+    (p,) = gpu_plans(monkeypatch, fd, [x] if case == "softmax" else [x, w])
+    itemsize = x.element_size()
+    key = f"{forms[itemsize]}:{itemsize}"
+    grid_per_sm = plan._wide_tiles_of_form(plan.wide_rows(65536, itemsize, 2), 65536, key)[3] // plan.sm_count()
+    (cubin,) = compile_cubin([kernel_spec(p, specialized=True)])
+    regs = resource_usage(cubin)["REG"]
+    resident = min(grid_per_sm, programs_per_sm(regs, p.num_warps))
+    assert resident == MEASURED_RESIDENCY[key], (key, grid_per_sm, regs, p.num_warps)
