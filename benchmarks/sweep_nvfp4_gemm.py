@@ -41,6 +41,7 @@ import triton.testing
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kernel_variant  # noqa: E402
+from timing import median_event_ms  # noqa: E402
 from pyfuser.nvfp4 import reference  # noqa: E402
 from pyfuser.kernels.nvfp4_grouped_gemm import GemmConfig, default_config, nvfp4_grouped_mm  # noqa: E402
 
@@ -186,17 +187,8 @@ def bench_gpu(fn, dev, calls=20) -> float:
     cache = torch.empty(256 * 2**20, dtype=torch.int8, device=dev)
     fn()
     torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
-    torch.cuda._sleep(int(2e9 * calls * 500e-6))  # ~500 us of host time per queued call, at ~2 GHz
-    for i in range(calls):
-        cache.zero_()
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
-    return times[calls // 2] * 1e3
+    # ~500 us of host time per queued call; each call after an L2 clear by zeroing, as do_bench's
+    return median_event_ms(fn, calls, cache.zero_, queue_ahead_s=calls * 500e-6) * 1e3
 
 
 def small_case(dev):
