@@ -141,10 +141,34 @@ def test_wide_rows_in_their_tiles_equal_eager(monkeypatch, case, io, cols, liter
     torch.testing.assert_close(out.float(), ref.float(), equal_nan=True, **tol)
 
 
+@pytest.mark.parametrize("cvt", [True, (), None], ids=["every form", "none", "per form (the default)"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_bf16_widenings_per_form_equal_eager(monkeypatch, case, cvt):
+    """TUNING["wide_cvt_widenings"]: the forms it names widen bf16 with the conversion instruction, the others
+    with integer shifts (_bf16_to_f32); the bits are the same either way."""
+    if cvt is not None:
+        monkeypatch.setitem(plan.TUNING, "wide_cvt_widenings", cvt)
+    form = f"{CASES[case][2][2]}:2"
+    x = _rows(torch.bfloat16, 32768)
+    out, ref, src = _run(case, x)
+    converted = plan._for_form(plan.TUNING["wide_cvt_widenings"], form)
+    assert ("_bf16_to_f32(" in src) != converted
+    assert out.shape == ref.shape and out.stride() == ref.stride() and out.dtype == ref.dtype
+    torch.testing.assert_close(out.float(), ref.float(), equal_nan=True, atol=2 ** -14, rtol=2 ** -7)
+
+
+def test_bf16_rmsnorm_widens_with_the_conversion_by_default():
+    # (its 44 registers keep one 32-warp program per SM under a grid of 8 per SM; docs/codegen.md)
+    assert plan._for_form(plan.TUNING["wide_cvt_widenings"], "2 passes:2")
+    assert plan.TUNING["wide_tiles"]["2 passes:2"][2] > 1
+
+
 # Programs of each tuned wide form that ran at once on an SM when its table entry was measured ([1024, 65536]):
 # the fewer of the grid's programs per SM and what the kernel's sm_90 registers let fit. The registers decide as much
 # as the grid: bf16 RMSNorm's entry was measured with one program resident (44 registers); when a codegen change
-# took the kernel to 32, two ran at once and it lost 14% on an H100 (docs/codegen.md). A change that moves a
+# took the kernel to 32, two ran at once and it lost 14% on an H100 (docs/codegen.md). Its entry now asks for 8
+# programs per SM, and its widenings by the conversion instruction hold it at 44 registers, so one runs at a time
+# and each takes about one row. A change that moves a
 # form's residency must re-sweep its entry (benchmarks/sweep_tuning.py) and update this table.
 MEASURED_RESIDENCY = {"2 passes:2": 1, "2 passes:4": 1, "2 passes welford vector:2": 1,
                       "2 passes welford column:4": 1, "2 passes online:4": 1, "3 passes:2": 2}

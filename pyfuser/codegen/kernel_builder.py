@@ -1351,14 +1351,15 @@ def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, 
                   n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0, lanes_per_thread: int = 1,
                   split_interior: int = 0, full_col_tiles: bool = False, softmax_sums: Optional[dict] = None,
                   online_softmax: bool = True, gelu_tail: bool = True, welford: Optional[dict] = None,
-                  fast_exp_sums: bool = False, welford_group: int = 0) -> str:
+                  fast_exp_sums: bool = False, welford_group: int = 0, widening_shifts: bool = True) -> str:
     """``lanes_per_thread``: elements of a [BLOCK_R, BLOCK_C] tile each thread holds (1 where unknown).
     ``split_interior``, ``full_col_tiles``: see Emitter. ``softmax_sums``: online_softmax_sums' result (wide
     rows). ``online_softmax``: wide rows accumulate those sums in their max's pass. ``gelu_tail``:
     _bf16_tanh_gelu_tails. ``welford``: the variances (welford_moments' result) whose squared deviations wide
     rows of whole tiles accumulate in the mean's pass, in lanes of ``welford_group`` columns (0: one).
     ``fast_exp_sums``: the terms of wide rows' softmax sums take _exp_ftz (two instructions), online, or in the
-    sum's own pass where that sum is not online (where it adds libdevice's exp otherwise)."""
+    sum's own pass where that sum is not online (where it adds libdevice's exp otherwise). ``widening_shifts``:
+    _bf16_widenings_as_shifts."""
     _mark_arithmetic_min_max(kb)
     if lanes_per_thread % 4 == 0 and not interpreting():
         _bf16_row_divisions(kb)
@@ -1366,7 +1367,8 @@ def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, 
             _bf16_tanh_gelu_tails(kb)
     if not interpreting():
         _canonical_bf16_nans(kb)
-    _bf16_widenings_as_shifts(kb)  # (last: the passes above read the widenings' templates)
+    if widening_shifts:
+        _bf16_widenings_as_shifts(kb)  # (last: the passes above read the widenings' templates)
     sums = (softmax_sums or {}) if wide else {}
     online = sums if online_softmax else None
     fast = frozenset(sums) if sums and not online_softmax and fast_exp_sums else frozenset()

@@ -369,7 +369,8 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
                                 full_col_tiles,
                                 softmax_sums=softmax_sums, online_softmax=online,
                                 gelu_tail=TUNING["bf16_gelu_tail"], fast_exp_sums=TUNING["wide_fast_exp_sums"],
-                                welford=welford, welford_group=welford_group)
+                                welford=welford, welford_group=welford_group,
+                                widening_shifts=not _for_form(TUNING["wide_cvt_widenings"], form))
     name = "pf_" + mode + "_" + hashlib.sha1(source_body.encode()).hexdigest()[:12]
     source = source_body.replace("def KERNEL(", f"def {name}(")
     n_blocks_r = -(-n_rows // block_r)
@@ -701,6 +702,18 @@ TUNING = {
     # -> 88.9% of copy), the others 1-9% slower; on another H100, that form alone (-tuning-wide-s17-h100.json):
     # 102.3 -> 98.6 us. H200, 3 rounds (-tuning-wide-s18-h200.json): that form 84.0 -> 77.7 us (75.7 -> 81.8%).
     "wide_literal_cols": ("2 passes:2",),
+    # Wide forms whose bf16 -> fp32 widenings keep the conversion instruction instead of the integer shifts
+    # (kernel_builder._bf16_widenings_as_shifts; the same bits), by form as wide_literal_cols. bf16 RMSNorm: the
+    # conversion's byte permutes hold the kernel at 44 registers (32 with the shifts), so one of its 32-warp
+    # programs fits per SM, and with a grid of 8 programs per SM (wide_tiles) each program takes about one row
+    # and the SM that finishes first takes the next. H100, sweep_tuning.py, 3 rounds, [1024, 65536]
+    # (results/2026-12-06-tuning-wide-cvt2-h100.json, -grid8-h100.json): 16384 x 2, 8 programs per SM: 0.0961-
+    # 0.0967 ms (91.9-92.4% of copy) against 0.1036-0.1043 with the shifts (two programs then share an SM);
+    # the table's one program per SM walking its rows: 0.0997-0.1011 ms with the shifts (16384 x 4; 16384 x 2:
+    # 0.1017-0.1027), 0.0990 ms with the conversion and two programs per SM, one resident (the eighteenth
+    # session's kernel). The conversion alone, one program per SM: 0.1011 against 0.1017 ms (-cvt-h100.json);
+    # for bf16 LayerNorm and softmax it was 1-2% slower.
+    "wide_cvt_widenings": ("2 passes:2",),
     # (tile width, tiles per step[, programs per SM]) of wide rows (longer than wide_min_cols) by the kernel's
     # form and its row input's element size, "<plan.wide_form>:<bytes>", where a sweep found them better than
     # (wide_block_c, wide_unroll, wide_programs_per_sm). H100, [1024, 65536], sweep_tuning.py, 2 rounds
@@ -721,9 +734,15 @@ TUNING = {
     # had 44 registers, so one of its 32-warp programs fit per SM whatever the grid; the bf16 widenings as shifts
     # (nineteenth session) took it to 32, two programs then ran at once and [1024, 65536] went 98 -> 112 us on an
     # H100 (bench_fusions, 2026-12-06-fusions-h100-s18.md against -s20.md; every other row within 2.5%).
-    "wide_tiles": {"2 passes:2": (16384, 2, 1), "2 passes:4": (16384, 4, 4),
+    # Twenty-first session, H100, 3 rounds (-tuning-wide-grid8-h100.json): a grid of 8 programs per SM where the
+    # registers let one run per SM, so each takes about one row (the block scheduler balances the SMs): bf16
+    # RMSNorm as above; fp32 RMSNorm 0.2067 -> 0.2014 ms (85.9 -> 88.2%; 58 registers), fp32 softmax 0.2033 ->
+    # 0.2019 ms (87.3 -> 87.9%; 63 registers); bf16 LayerNorm 88.0 -> 86.9% and bf16 softmax (two resident)
+    # 77.6 -> 77.0% lost, fp32 LayerNorm 78.1 -> 78.3% (noise), so those keep theirs (-softmax-ln-h100.json:
+    # bf16 softmax with one or four programs per SM, or other tiles, at best equal).
+    "wide_tiles": {"2 passes:2": (16384, 2, 8), "2 passes:4": (16384, 4, 8),
                    "2 passes welford vector:2": (16384, 4), "2 passes welford column:4": (8192, 2),
-                   "2 passes online:4": (16384, 2), "3 passes:2": (8192, 8)},
+                   "2 passes online:4": (16384, 2, 8), "3 passes:2": (8192, 8)},
 }
 
 
