@@ -49,6 +49,10 @@ def _rows(dtype, cols=COLS):
     x[6, 4:] = -30.0
     x[7, -1] = 60.0  # the max in the last tile: every earlier tile's sum is rescaled
     x[8, :] = torch.linspace(-50, 50, cols)  # an increasing row: the max moves in every tile
+    # The first tiles all -inf, then values whose exp underflows against a shift of 0: the sum kept while the max
+    # was -inf (0) must be rescaled by 0, not by exp(0 - max), which overflows to inf (0 * inf: NaN).
+    x[9, : cols - 100] = float("-inf")
+    x[9, cols - 100:] = -100.0 - x[9, cols - 100:].abs()
     return x.to(dtype).to(DEVICE)
 
 

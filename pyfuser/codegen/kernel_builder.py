@@ -948,25 +948,26 @@ class Emitter:
             self._load_policy = ""
 
     def _online_init(self, total: KValue) -> None:
-        """A softmax's running row max, the shift its sum is kept relative to, and the lane-wise sum."""
+        """A softmax's running row max and the lane-wise sum."""
         u = total.uid
         self.w(f"on_m{u} = tl.full([BLOCK_R, 1], float(\"-inf\"), tl.float32)")
-        self.w(f"on_s{u} = tl.zeros([BLOCK_R, 1], tl.float32)")
         self.w(f"acc{u} = tl.zeros([BLOCK_R, BLOCK_C], tl.float32)")
 
     def _online_step(self, total: KValue, x: str) -> None:
         """One tile of a softmax's max and sum in one pass: the tile's row max moves the running max; the sum so
-        far is rescaled to it (each row's shift is the max, or 0 while the max is -inf: exp(-inf - 0) = 0) and the
-        tile's exp(x - shift) added. ``x``: the tile's values, -inf in masked lanes (exp(-inf - shift) is 0, or
-        NaN where the shift is: a row holding a NaN, whose outputs are NaN whatever its sum). The exp is a fast
-        one (``sum_exp``: tl.exp's ex2.approx, or _exp_ftz): the sum is a reduction, whose rounding already differs
-        from eager's with its order, and only ever divides the exactly recomputed exp(x - max) (see
-        _online_softmax_sums)."""
+        far is rescaled to it and the tile's exp(x - shift) added, each row's shift being the max, or 0 while the
+        max is -inf. The rescale is exp(old max - shift): the old max is the old shift wherever it is finite, and
+        where it is -inf the sum so far is 0 and the factor exp(-inf) = 0 (exp(0 - shift), the old shift's, would
+        overflow to inf for a shift under about -88, and 0 * inf is NaN). ``x``: the tile's values, -inf in masked
+        lanes (exp(-inf - shift) is 0, or NaN where the shift is: a row holding a NaN, whose outputs are NaN
+        whatever its sum). The exp is a fast one (``sum_exp``: tl.exp's ex2.approx, or _exp_ftz): the sum is a
+        reduction, whose rounding already differs from eager's with its order, and only ever divides the exactly
+        recomputed exp(x - max) (see _online_softmax_sums)."""
         u = total.uid
+        self.w(f"on_mo{u} = on_m{u}")
         self.w(f"on_m{u} = _max_canonical_nan(on_m{u}, tl.reduce({x}, 1, _max_canonical_nan, keep_dims=True))")
         self.w(f"on_sn{u} = tl.where(on_m{u} == float(\"-inf\"), 0.0, on_m{u})")
-        self.w(f"acc{u} = acc{u} * tl.exp(on_s{u} - on_sn{u}) + {self.sum_exp}({x} - on_sn{u})")
-        self.w(f"on_s{u} = on_sn{u}")
+        self.w(f"acc{u} = acc{u} * tl.exp(on_mo{u} - on_sn{u}) + {self.sum_exp}({x} - on_sn{u})")
 
     def _welford_init(self, total: KValue) -> None:
         """``total``'s (the row sum's) accumulator and, beside it, each lane's running mean and sum of squared
