@@ -110,6 +110,31 @@ def test_the_table_changes_only_the_forms_it_names(monkeypatch):
     assert plan.wide_form(2, False, {}, 0) == "3 passes"
 
 
+@pytest.mark.parametrize("entry", [None, (2048, 2), (8192, 1, 3)], ids=["no entry", "tiles", "tiles and grid"])
+def test_rows_wide_only_for_their_row_inputs_have_a_key_of_their_own(monkeypatch, entry):
+    """fp32 LayerNorm rows of 16384 (x and w: two row inputs, so wide though no longer than wide_min_cols) take the
+    key "3 passes row inputs:4": its entry sets their tiles, no entry keeps wide_fp32_block_c x wide_unroll, and
+    the entries of longer rows do not reach them."""
+    monkeypatch.setitem(plan.TUNING, "wide_tiles", {"3 passes:4": (1024, 8)} if entry is None else
+                        {"3 passes row inputs:4": entry, "3 passes:4": (1024, 8)})
+    from sm90 import plans_of
+
+    define, eager, _ = CASES["layernorm"]
+    x = _rows(torch.float32, 16384, rows=13)  # (more rows than either grid: the grid's size shows)
+    w = (torch.randn(16384, generator=torch.Generator().manual_seed(4)) + 1).to(DEVICE)
+    with FusionDefinition() as fd:
+        fd.add_output(define(fd, x, w))
+    (out,) = fd.execute([x, w])
+    ref = eager(x, w)
+    (p,) = plans_of(fd)
+    block_c, unroll = (plan.TUNING["wide_fp32_block_c"], plan.TUNING["wide_unroll"]) if entry is None else entry[:2]
+    assert f"range(0, n_cols, {unroll} * BLOCK_C)" in p.source and p.block_c == block_c
+    programs_per_sm = entry[2] if entry and len(entry) > 2 else plan.TUNING["wide_programs_per_sm"]
+    assert p.grid[0] == min(x.shape[0], programs_per_sm * plan.sm_count())
+    assert out.shape == ref.shape and out.stride() == ref.stride() and out.dtype == ref.dtype
+    torch.testing.assert_close(out, ref, equal_nan=True, atol=1e-5, rtol=2e-6)
+
+
 def test_per_form_settings_name_forms_or_all_of_them():
     assert plan._for_form(True, "3 passes:2") and plan._for_form(("3 passes:2",), "3 passes:2")
     assert not plan._for_form(("2 passes:2",), "3 passes:2") and not plan._for_form(False, "3 passes:2")

@@ -331,8 +331,10 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
     softmax_sums = online_softmax_sums(kb) if wide is not None else {}
     online = bool(softmax_sums) and row_in_itemsize >= TUNING["wide_online_softmax_min_itemsize"]
     form = None  # the wide kernel's form and row element size, for the knobs set per form (wide_form)
-    if wide is not None and n_cols > TUNING["wide_min_cols"]:
-        form = f"{wide_form(kb.max_level, online, welford, welford_group)}:{row_in_itemsize}"
+    if wide is not None:
+        # (rows wide only for their row inputs, no longer than wide_min_cols, have keys of their own)
+        inputs = "" if n_cols > TUNING["wide_min_cols"] else " row inputs"
+        form = f"{wide_form(kb.max_level, online, welford, welford_group)}{inputs}:{row_in_itemsize}"
         wide = _wide_tiles_of_form(wide, n_cols, form)
     if _for_form(TUNING["wide_literal_cols"], form):
         # The source's n_cols a constant (n_cols_q is then 1, which Triton's JIT specializes): the column loops'
@@ -714,9 +716,10 @@ TUNING = {
     # session's kernel). The conversion alone, one program per SM: 0.1011 against 0.1017 ms (-cvt-h100.json);
     # for bf16 LayerNorm and softmax it was 1-2% slower.
     "wide_cvt_widenings": ("2 passes:2",),
-    # (tile width, tiles per step[, programs per SM]) of wide rows (longer than wide_min_cols) by the kernel's
-    # form and its row input's element size, "<plan.wide_form>:<bytes>", where a sweep found them better than
-    # (wide_block_c, wide_unroll, wide_programs_per_sm). H100, [1024, 65536], sweep_tuning.py, 2 rounds
+    # (tile width, tiles per step[, programs per SM]) of wide rows by the kernel's form and its row input's element
+    # size, "<plan.wide_form>:<bytes>" for rows longer than wide_min_cols and "<plan.wide_form> row inputs:<bytes>"
+    # for rows wide only for their row inputs (wide_rows; none tuned yet), where a sweep found them better than
+    # (wide_block_c, wide_unroll, wide_programs_per_sm), or (wide_fp32_block_c, ...) for the latter. H100, [1024, 65536], sweep_tuning.py, 2 rounds
     # (results/2026-12-06-tuning-wide-unroll-h100.json, % of copy against 8192 x 4): RMSNorm bf16 16384 x 2 86.9
     # (79.1); LayerNorm bf16 16384 x 4 86.3 (80.0); softmax fp32 16384 x 2 87.3 (81.5), bf16 8192 x 8 76.9 (74.0).
     # The same tiles lost elsewhere: RMSNorm fp32 16384 x 2 80.8 (83.7), LayerNorm fp32 16384 x 2 68.2 (74.9),
