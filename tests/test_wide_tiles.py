@@ -110,8 +110,9 @@ def test_the_table_changes_only_the_forms_it_names(monkeypatch):
     assert plan.wide_form(2, False, {}, 0) == "3 passes"
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "column-major"])
 @pytest.mark.parametrize("entry", [None, (2048, 2), (8192, 1, 3)], ids=["no entry", "tiles", "tiles and grid"])
-def test_rows_wide_only_for_their_row_inputs_have_a_key_of_their_own(monkeypatch, entry):
+def test_rows_wide_only_for_their_row_inputs_have_a_key_of_their_own(monkeypatch, entry, layout):
     """fp32 LayerNorm rows of 16384 (x and w: two row inputs, so wide though no longer than wide_min_cols) take the
     key "3 passes row inputs:4": its entry sets their tiles, no entry keeps wide_fp32_block_c x wide_unroll, and
     the entries of longer rows do not reach them."""
@@ -121,6 +122,8 @@ def test_rows_wide_only_for_their_row_inputs_have_a_key_of_their_own(monkeypatch
 
     define, eager, _ = CASES["layernorm"]
     x = _rows(torch.float32, 16384, rows=13)  # (more rows than either grid: the grid's size shows)
+    if layout == "column-major":
+        x = x.t().contiguous().t()
     w = (torch.randn(16384, generator=torch.Generator().manual_seed(4)) + 1).to(DEVICE)
     with FusionDefinition() as fd:
         fd.add_output(define(fd, x, w))

@@ -719,7 +719,8 @@ TUNING = {
     # (tile width, tiles per step[, programs per SM]) of wide rows by the kernel's form and its row input's element
     # size, "<plan.wide_form>:<bytes>" for rows longer than wide_min_cols and "<plan.wide_form> row inputs:<bytes>"
     # for rows wide only for their row inputs (wide_rows; none tuned yet), where a sweep found them better than
-    # (wide_block_c, wide_unroll, wide_programs_per_sm), or (wide_fp32_block_c, ...) for the latter. H100, [1024, 65536], sweep_tuning.py, 2 rounds
+    # (wide_block_c or, for the latter, wide_fp32_block_c; wide_unroll; wide_programs_per_sm). H100, [1024, 65536],
+    # sweep_tuning.py, 2 rounds
     # (results/2026-12-06-tuning-wide-unroll-h100.json, % of copy against 8192 x 4): RMSNorm bf16 16384 x 2 86.9
     # (79.1); LayerNorm bf16 16384 x 4 86.3 (80.0); softmax fp32 16384 x 2 87.3 (81.5), bf16 8192 x 8 76.9 (74.0).
     # The same tiles lost elsewhere: RMSNorm fp32 16384 x 2 80.8 (83.7), LayerNorm fp32 16384 x 2 68.2 (74.9),
@@ -733,10 +734,11 @@ TUNING = {
     # row length; -tuning-wide-s18-h200.json): every form faster, RMSNorm bf16 76.2 -> 75.7 (81.8 with its literal
     # length), LayerNorm bf16 68.7 -> 72.1, softmax bf16 60.2 -> 63.0, RMSNorm fp32 80.5 -> 83.7, LayerNorm fp32
     # 68.7 -> 72.0, softmax fp32 69.4 -> 72.5% of copy.
-    # bf16 RMSNorm ("2 passes:2") runs one program per SM: its sweeps and bench runs up to the eighteenth session
+    # bf16 RMSNorm ("2 passes:2") must run one program per SM at a time: up to the eighteenth session its kernel
     # had 44 registers, so one of its 32-warp programs fit per SM whatever the grid; the bf16 widenings as shifts
     # (nineteenth session) took it to 32, two programs then ran at once and [1024, 65536] went 98 -> 112 us on an
-    # H100 (bench_fusions, 2026-12-06-fusions-h100-s18.md against -s20.md; every other row within 2.5%).
+    # H100 (bench_fusions, 2026-12-06-fusions-h100-s18.md against -s20.md). It keeps the conversions
+    # (wide_cvt_widenings) and so its 44 registers; tests/test_wide_tiles.py pins each form's residency.
     # Twenty-first session, H100, 3 rounds (-tuning-wide-grid8-h100.json): a grid of 8 programs per SM where the
     # registers let one run per SM, so each takes about one row (the block scheduler balances the SMs): bf16
     # RMSNorm as above; fp32 RMSNorm 0.2067 -> 0.2014 ms (85.9 -> 88.2%; 58 registers), fp32 softmax 0.2033 ->
