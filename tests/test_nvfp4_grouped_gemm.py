@@ -309,7 +309,8 @@ def _bad(case, **changes):
                     case.args))
     out_dtype = changes.pop("out_dtype", torch.bfloat16)
     kwargs = {k: changes.pop(k) for k in list(changes)
-              if k in ("block_k", "block_m", "block_n", "predequant", "out", "integer", "split_k", "num_stages")}
+              if k in ("block_k", "block_m", "block_n", "predequant", "out", "integer", "split_k", "num_stages",
+                       "max_registers")}
     args.update(changes)
     return lambda: nvfp4_grouped_mm(*args.values(), out_dtype, **kwargs)
 
@@ -347,6 +348,8 @@ def small():
         (lambda c: dict(integer=True, block_m=2), "the integer kernel takes block_k >= 32"),
         (lambda c: dict(integer=True, block_m=1, split_k=0), "the integer kernel takes .* split_k and num_stages >= 1"),
         (lambda c: dict(integer=True, block_m=1, num_stages=0), "the integer kernel takes .* split_k and num_stages >= 1"),
+        (lambda c: dict(max_registers=16), "max_registers must be None or between 32 and 255"),
+        (lambda c: dict(integer=True, block_m=1, max_registers=256), "max_registers must be None or between 32 and 255"),
     ],
 )
 def test_validation_errors(small, change, match):
@@ -459,6 +462,19 @@ def test_kernel_override_starts_from_that_kernels_default():
     gemm = gg.GroupedGemm(*four.args, torch.bfloat16, integer=True, block_n=16)
     assert gemm.cfg == replace(gg.INTEGER_CONFIG, block_n=16)
     _check(gemm(*four.args), four, torch.bfloat16)
+
+
+@pytest.mark.parametrize("integer", [False, True])
+def test_register_cap_changes_no_bits(integer):
+    # ptxas's cap moves values between registers and the stack, never what is computed: the same bits as uncapped
+    # (the interpreter takes no compile options, so on CPU this checks that the cap is accepted and passed through).
+    case = Case([1, 0, 2] if integer else [16, 3, 20], 128, 512, seed=11)
+    plain = gg.GroupedGemm(*case.args, torch.bfloat16, integer=integer)
+    capped = gg.GroupedGemm(*case.args, torch.bfloat16, integer=integer, max_registers=64)
+    assert capped.cfg == replace(plain.cfg, max_registers=64)
+    out = capped(*case.args)
+    _check(out, case, torch.bfloat16)
+    assert torch.equal(out, plain(*case.args))
 
 
 def test_integer_kernel_gap_rows_and_signed_scales():

@@ -102,6 +102,9 @@ class GemmConfig:
     num_warps: int
     num_stages: int  # (integer kernel: its k loop's pipeline depth through shared memory; 1 loads in place)
     integer: bool = False  # block dot products on the integer units (_nvfp4_gemm_int_kernel), block_m = 1
+    # ptxas's register cap (Triton's ``maxnreg``; None: uncapped). Residency per SM is set by registers at decode
+    # tiles, so a cap can turn a grid's partial second wave into one wave.
+    max_registers: Optional[int] = None
 
 
 # Up to this many tokens per expert (on average: the sizes are static, the groups' counts are not) the default is
@@ -189,6 +192,7 @@ def nvfp4_grouped_mm(
     num_warps: Optional[int] = None,
     num_stages: Optional[int] = None,
     integer: Optional[bool] = None,
+    max_registers: Optional[int] = None,
     out: Optional[torch.Tensor] = None,
     shapes: Optional[tuple] = None,
 ) -> torch.Tensor:
@@ -210,7 +214,7 @@ def nvfp4_grouped_mm(
     overrides = {key: v for key, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k),
                                         ("split_k", split_k), ("group_m", group_m), ("predequant", predequant),
                                         ("num_warps", num_warps), ("num_stages", num_stages),
-                                        ("integer", integer)) if v is not None}
+                                        ("integer", integer), ("max_registers", max_registers)) if v is not None}
     operands = (mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
     out_stride = out.stride(0) if isinstance(out, torch.Tensor) and out.dim() == 2 else None  # (else refused)
     gemm = GroupedGemm(*operands, out_dtype, shapes=shapes, out_stride=out_stride, **overrides)
@@ -235,6 +239,9 @@ def _config(m: int, n: int, k: int, g: int, overrides: dict) -> GemmConfig:
             if cfg.block_k < min_k or cfg.block_m < 16 or cfg.block_n < 64 or cfg.split_k < 1 or cfg.group_m < 1:
                 contract_error(f"block_k must be >= {min_k} (with predequant={cfg.predequant}), block_m >= 16 and "
                                f"block_n >= 64 (the MMA's sides), split_k and group_m >= 1, got {cfg}")
+        if cfg.max_registers is not None and not 32 <= cfg.max_registers <= 255:
+            contract_error(f"max_registers must be None or between 32 and 255 (ptxas's registers per thread), got "
+                           f"{cfg.max_registers}")
         for name in ("block_m", "block_n", "block_k"):
             v = getattr(cfg, name)
             if v & (v - 1):
@@ -284,6 +291,8 @@ class GroupedGemm:
                     GROUP_M=cfg.group_m, F16=cfg.predequant, EVEN_K=(kw % bkw == 0), G_BLOCK=g_block)
         ints = (m, n, kw, g, s1_capacity, stride_am, stride_bg, stride_bn, scale2.stride(0), problem_sizes.stride(0),
                 self.out_stride)
+        # (the interpreter takes no compile options)
+        options = None if cfg.max_registers is None or interpreting() else {"maxnreg": cfg.max_registers}
 
         def gemm(g_lo, g_hi, check=None):
             # Groups [g_lo, g_hi): their tiles fit in cdiv(M, BLOCK_M) + (g_hi - g_lo) m-slots (docstring).
@@ -291,7 +300,8 @@ class GroupedGemm:
             self._grow_scratch(grid_m * grid_n, grid_m * grid_n * split * cfg.block_n * cfg.block_m)
             checks, check_meta = fused_check_args(check, g, sizes=True)
             return bound_launch(_nvfp4_gemm_kernel, (grid_m * grid_n, split, 1), (*ints, g_lo, g_hi, *checks),
-                                {**meta, **check_meta}, cfg.num_warps, cfg.num_stages, device=dev)
+                                {**meta, **check_meta}, cfg.num_warps, cfg.num_stages, device=dev,
+                                compile_options=options)
 
         if cfg.integer:
             # EVEN_K: every split's run of words is whole steps (a multiple of bkw, KW included).
@@ -303,7 +313,8 @@ class GroupedGemm:
             def int_gemm(check=None):
                 checks, check_meta = fused_check_args(check, g, sizes=True)
                 return bound_launch(_nvfp4_gemm_int_kernel, (tiles, split, 1), (*ints, *checks),
-                                    {**int_meta, **check_meta}, cfg.num_warps, cfg.num_stages, device=dev)
+                                    {**int_meta, **check_meta}, cfg.num_warps, cfg.num_stages, device=dev,
+                                    compile_options=options)
 
             self.launches = [int_gemm()]
             if check is not None:
