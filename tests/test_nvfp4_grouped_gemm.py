@@ -310,7 +310,7 @@ def _bad(case, **changes):
     out_dtype = changes.pop("out_dtype", torch.bfloat16)
     kwargs = {k: changes.pop(k) for k in list(changes)
               if k in ("block_k", "block_m", "block_n", "predequant", "out", "integer", "split_k", "num_stages",
-                       "max_registers")}
+                       "max_registers", "paired_planes")}
     args.update(changes)
     return lambda: nvfp4_grouped_mm(*args.values(), out_dtype, **kwargs)
 
@@ -349,7 +349,10 @@ def small():
         (lambda c: dict(integer=True, block_m=1, split_k=0), "the integer kernel takes .* split_k and num_stages >= 1"),
         (lambda c: dict(integer=True, block_m=1, num_stages=0), "the integer kernel takes .* split_k and num_stages >= 1"),
         (lambda c: dict(max_registers=16), "max_registers must be None or between 32 and 255"),
-        (lambda c: dict(integer=True, block_m=1, max_registers=256), "max_registers must be None or between 32 and 255"),
+        (lambda c: dict(integer=True, block_m=1, max_registers=256),
+         "max_registers must be None or between 32 and 255"),
+        (lambda c: dict(integer=True, block_m=1, paired_planes=True), "paired_planes applies to the tensor-core"),
+        (lambda c: dict(predequant=True, block_k=64, paired_planes=True), "paired_planes applies to the tensor-core"),
     ],
 )
 def test_validation_errors(small, change, match):
@@ -386,22 +389,23 @@ for n in ("M", "N", "KW", "G", "s1_capacity", "stride_am", "stride_bg", "stride_
           "stride_om", "g_lo", "g_hi", "check_m", "check_capacity", "check_n", "check_k"):
     sig[n] = "i32"
 out = {}
-for check in (False, True):
+for check, paired in ((False, False), (True, False), (False, True)):
     consts = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k,
-                  GROUP_M=cfg.group_m, F16=False, EVEN_K=True, G_BLOCK=8, CHECK=check, CHECK_EVERY_ROW=False,
-                  CHECK_BLOCK=16)
+                  GROUP_M=cfg.group_m, F16=False, EVEN_K=True, G_BLOCK=8, ASM=True, PAIRED=paired, CHECK=check,
+                  CHECK_EVERY_ROW=False, CHECK_BLOCK=16)
     sig.update({k: "constexpr" for k in consts})
     src = triton.compiler.ASTSource(fn=gg._nvfp4_gemm_kernel, signature=dict(sig), constexprs=consts)
     c = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
-    out[str(check)] = c.asm["ptx"].count("st.global")
+    assert c.asm["cubin"]
+    out[f"{check} {paired}"] = [c.asm["ptx"].count("st.global"), c.asm["ptx"].count("0x07070707")]
 print(json.dumps(out))
 """
 
 
 def test_decode_kernel_with_the_offsets_check_compiles_for_sm90():
     """The decode launch that ORs the offsets' check bits into the call's flags (program 0) compiles for the H200;
-    it stores one more thing than the launch without the check."""
+    it stores one more thing than the launch without the check. The paired-planes form compiles too."""
     import json
     import os
     import subprocess
@@ -412,8 +416,11 @@ def test_decode_kernel_with_the_offsets_check_compiles_for_sm90():
     proc = subprocess.run([sys.executable, "-c", _COMPILE_GEMM], capture_output=True, text=True, env=env,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    stores = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert stores["True"] > stores["False"]
+    counts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert counts["True False"][0] > counts["False False"][0]
+    # paired_planes assembles for sm_90 with its planes' PTX inlined (the even planes' lop3 constant); the
+    # default does not use it
+    assert counts["False True"][1] > 0 and counts["False False"][1] == 0
 
 
 # The integer kernel (dp4a block dot products, one token per program): the default at <= INTEGER_MAX_TOKENS tokens
@@ -497,6 +504,71 @@ def test_integer_kernel_ptx_equals_elementwise_form(monkeypatch):
         plain = nvfp4_grouped_mm(*case.args, torch.bfloat16, **cfg)
         assert torch.equal(ptx.view(torch.int16), plain.view(torch.int16))
         _check(ptx, case, torch.bfloat16)
+
+
+PAIRED_CASES = [([16, 3, 20, 0], 128, 1024, dict(block_n=64, split_k=2)),
+                 ([40, 64, 1], 256, 512, dict(block_n=128, block_m=64))]
+
+
+@pytest.mark.parametrize("tokens,n,k,cfg", PAIRED_CASES)
+def test_paired_planes_match_the_oracle(tokens, n, k, cfg):
+    # paired_planes sums the planes in the order 0, 2, 1, 3 (on CPU by the element-wise form): the oracle's values,
+    # its own bits whichever form computes them (next test), not necessarily the default order's.
+    case = Case(tokens, n, k, seed=13, scale_bits=(0x01, 0x7e), signed_scales=True)
+    gemm = gg.GroupedGemm(*case.args, torch.bfloat16, integer=False, paired_planes=True, **cfg)
+    assert gemm.cfg.paired_planes
+    _check(gemm(*case.args), case, torch.bfloat16)
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="inline PTX runs on the GPU only")
+@pytest.mark.parametrize("tokens,n,k,cfg", PAIRED_CASES)
+def test_paired_planes_ptx_equals_elementwise_form(monkeypatch, tokens, n, k, cfg):
+    # The planes' PTX gives _fp4_pair's values and the dots run in the same order: bit for bit (on CPU,
+    # test_fp4_planes_ptx_matches_fp4_pair checks the PTX through a model of its instructions).
+    case = Case(tokens, n, k, seed=13, scale_bits=(0x01, 0x7e), signed_scales=True)
+    monkeypatch.setattr(gg, "interpreting", lambda: False)
+    ptx = nvfp4_grouped_mm(*case.args, torch.bfloat16, integer=False, paired_planes=True, **cfg)
+    monkeypatch.setattr(gg, "interpreting", lambda: True)
+    plain = nvfp4_grouped_mm(*case.args, torch.bfloat16, integer=False, paired_planes=True, **cfg)
+    assert torch.equal(ptx.view(torch.int16), plain.view(torch.int16))
+    _check(ptx, case, torch.bfloat16)
+
+
+def _fp4_pair_bits(w: int, p: int) -> tuple:
+    """_fp4_pair's fp16 bit patterns (before the scale) of nibbles p and p + 4 of the int32 word w."""
+    mag = ((w << (9 - 4 * p)) if p < 3 else (w >> 3)) & 0x0E000E00
+    bits = (mag | ((w << (12 - 4 * p)) & 0x80008000)) & 0xFFFFFFFF
+    return bits & 0xFFFF, bits >> 16
+
+
+def test_fp4_planes_ptx_matches_fp4_pair():
+    # _PLANES_PTX_EVEN / _ODD (the GPU's dequantization of two k-adjacent words) through a model of its
+    # instructions: planes PAR and PAR + 2, each (lo, hi) packed as two words' values, equal to _fp4_pair's times
+    # the scale, for every code in every nibble, random words, and scales of every kind (subnormal, huge, NaN).
+    import numpy as np
+
+    from ptx_model import run_ptx
+
+    def times(bits, scale):
+        with np.errstate(all="ignore"):
+            return int((np.array([bits], np.uint16).view(np.float16)
+                        * np.array([scale], np.uint16).view(np.float16)).view(np.uint16)[0])
+
+    gen = torch.Generator().manual_seed(0)
+    words = [int(str(hex(c)[2:]) * 8, 16) for c in range(16)]  # one code in all 8 nibbles
+    words += torch.randint(0, 2**32, (600,), generator=gen, dtype=torch.int64).tolist()
+    scales = [0x3C00, 0x5800, 0x0001, 0x7BFF, 0x7E00, 0x0400] + torch.randint(
+        0, 2**16, (40,), generator=gen).tolist()
+    for i, w0 in enumerate(words):
+        w1 = words[(i * 7 + 3) % len(words)]
+        s = scales[i % len(scales)]
+        for par, ptx in ((0, gg._PLANES_PTX_EVEN.value), (1, gg._PLANES_PTX_ODD.value)):
+            got = run_ptx(ptx, {4: w0, 5: w1, 6: s | (s << 16)}, outputs=4)
+            want = []
+            for p in (par, par + 2):
+                (lo0, hi0), (lo1, hi1) = _fp4_pair_bits(w0, p), _fp4_pair_bits(w1, p)
+                want += [times(lo0, s) | times(lo1, s) << 16, times(hi0, s) | times(hi1, s) << 16]
+            assert got == want, (hex(w0), hex(w1), hex(s), par)
 
 
 # Split-K scratch (tile counters and partials): each GroupedGemm owns its pair for its lifetime, so a CUDA graph

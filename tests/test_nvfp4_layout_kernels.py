@@ -21,6 +21,7 @@ import torch
 
 from harness import DEVICE, make, sliced, transposed
 from nvfp4_inputs import start_offsets
+from ptx_model import run_ptx
 
 from pyfuser.kernels import nvfp4_layout as lk
 from pyfuser.nvfp4 import reference as ref
@@ -397,47 +398,6 @@ def test_fast_fp4_encoding_matches_thresholds():
     assert torch.equal(out, ref.fp4_encode(v))
 
 
-def _run_ptx_model(ptx: str, operands: list) -> int:
-    """The b32 result ($0) of ``ptx`` for the given 32-bit operands ($1, $2, ...), executed by a model of the few PTX
-    instructions it may use (mad.lo.u32, sub.u32, and/or.b32, prmt.b32 in its default mode with sign
-    replication): the GPU path of the quantize's packing, which the interpreter cannot run."""
-    import re
-
-    regs = {f"${i + 1}": v & 0xFFFFFFFF for i, v in enumerate(operands)}
-
-    def val(tok):
-        return int(tok, 0) & 0xFFFFFFFF if re.fullmatch(r"-?(0x[0-9a-fA-F]+|\d+)", tok) else regs[tok]
-
-    for line in ptx.splitlines():
-        line = line.strip().rstrip(";")
-        if not line or line in "{}" or line.startswith(".reg"):
-            continue
-        op, args = line.split(None, 1)
-        d, *src = [a.strip() for a in args.split(",")]
-        v = [val(a) for a in src]
-        if op == "mad.lo.u32":
-            r = v[0] * v[1] + v[2]
-        elif op == "sub.u32":
-            r = v[0] - v[1]
-        elif op == "and.b32":
-            r = v[0] & v[1]
-        elif op == "or.b32":
-            r = v[0] | v[1]
-        elif op == "prmt.b32":
-            data = v[0] | (v[1] << 32)  # bytes 0-3: the first operand, 4-7: the second
-            r = 0
-            for i in range(4):
-                sel = (v[2] >> (4 * i)) & 0xF
-                byte = (data >> (8 * (sel & 7))) & 0xFF
-                if sel & 8:  # sign replication: the selected byte's top bit, in all 8 bits
-                    byte = 0xFF if byte & 0x80 else 0
-                r |= byte << (8 * i)
-        else:
-            raise AssertionError(f"no model for {op}")
-        regs[d] = r & 0xFFFFFFFF
-    return regs["$0"]
-
-
 def test_fp4_pack_ptx_matches_the_reference_encoding():
     # FP4_PACK_PTX (the fast encoding's packing on the GPU, 4 pairs per word) run through a model of its
     # instructions on the same inputs the kernel gives it (the fp32 sums of _fp4_lines and the values' bits):
@@ -458,7 +418,7 @@ def test_fp4_pack_ptx_matches_the_reference_encoding():
     want = ref.pack_fp4(ref.fp4_encode(v.reshape(-1, 8))).view(torch.uint8).reshape(-1, 4)
     for w in range(v.shape[0]):
         operands = [int(x) for x in (*sums[w, :, 0], *sums[w, :, 1], *bits[w, :, 0], *bits[w, :, 1])]
-        word = _run_ptx_model(lk.FP4_PACK_PTX.value, operands)
+        (word,) = run_ptx(lk.FP4_PACK_PTX.value, dict(enumerate(operands, start=1)))
         assert list(word.to_bytes(4, "little")) == want[w].tolist(), (w, v[w])
 
 

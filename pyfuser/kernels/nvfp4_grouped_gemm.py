@@ -19,7 +19,10 @@ nibble p+4 of a word land in the two 16-bit halves as fp16 bit patterns ``sign<<
 ``fp4 * 2**-14`` (the fp4 exponent field becomes the low bits of the fp16 exponent field, and fp4's subnormal 0.5
 becomes an fp16 subnormal). One fp16 multiply by ``scale * 2**7`` finishes the value. K is consumed in that
 nibble order: "plane" q (0..7) holds nibble q of every word, and a k-tile is 8 dots, plane q of the weights with
-plane q of the tokens (a permutation of the k sum, which is free since every product is exact).
+plane q of the tokens (a permutation of the k sum, which is free since every product is exact). With
+``paired_planes`` (off by default: not yet timed on a GPU) the decode kernel computes the same values on the GPU by
+inline PTX on two k-adjacent words at a time (``_fp4_planes``): about 4 instructions per pair of values instead of
+6, since the pairs come out as the MMA's register operand holds them.
 
 No host sync; one launch, or 1 + 2 per chunk of experts with ``predequant``:
 - ``_nvfp4_gemm_kernel`` computes ``out^T = B^T A^T`` tiles: the weights fill the MMA's M side (64+ rows) and
@@ -105,6 +108,10 @@ class GemmConfig:
     # ptxas's register cap (Triton's ``maxnreg``; None: uncapped). Residency per SM is set by registers at decode
     # tiles, so a cap can turn a grid's partial second wave into one wave.
     max_registers: Optional[int] = None
+    # Decode kernel: dequantize two planes of two k-adjacent words per inline-PTX call on the GPU (_fp4_planes,
+    # about 4 instructions per pair of values instead of 6) and run the dots in plane order 0, 2, 1, 3. Off by
+    # default until timed on a GPU (docs/nvfp4.md).
+    paired_planes: bool = False
 
 
 # Up to this many tokens per expert (on average: the sizes are static, the groups' counts are not) the default is
@@ -193,6 +200,7 @@ def nvfp4_grouped_mm(
     num_stages: Optional[int] = None,
     integer: Optional[bool] = None,
     max_registers: Optional[int] = None,
+    paired_planes: Optional[bool] = None,
     out: Optional[torch.Tensor] = None,
     shapes: Optional[tuple] = None,
 ) -> torch.Tensor:
@@ -214,7 +222,8 @@ def nvfp4_grouped_mm(
     overrides = {key: v for key, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k),
                                         ("split_k", split_k), ("group_m", group_m), ("predequant", predequant),
                                         ("num_warps", num_warps), ("num_stages", num_stages),
-                                        ("integer", integer), ("max_registers", max_registers)) if v is not None}
+                                        ("integer", integer), ("max_registers", max_registers),
+                                        ("paired_planes", paired_planes)) if v is not None}
     operands = (mat1, mat2, scale1, scale2, alpha, problem_sizes, expert_offsets, sf_offsets)
     out_stride = out.stride(0) if isinstance(out, torch.Tensor) and out.dim() == 2 else None  # (else refused)
     gemm = GroupedGemm(*operands, out_dtype, shapes=shapes, out_stride=out_stride, **overrides)
@@ -239,6 +248,9 @@ def _config(m: int, n: int, k: int, g: int, overrides: dict) -> GemmConfig:
             if cfg.block_k < min_k or cfg.block_m < 16 or cfg.block_n < 64 or cfg.split_k < 1 or cfg.group_m < 1:
                 contract_error(f"block_k must be >= {min_k} (with predequant={cfg.predequant}), block_m >= 16 and "
                                f"block_n >= 64 (the MMA's sides), split_k and group_m >= 1, got {cfg}")
+        if cfg.paired_planes and (cfg.integer or cfg.predequant):
+            contract_error(f"paired_planes applies to the tensor-core decode kernel (integer=False, predequant=False), "
+                           f"got {cfg}")
         if cfg.max_registers is not None and not 32 <= cfg.max_registers <= 255:
             contract_error(f"max_registers must be None or between 32 and 255 (ptxas's registers per thread), got "
                            f"{cfg.max_registers}")
@@ -288,7 +300,8 @@ class GroupedGemm:
         tiles_k = max(cdiv(kw, bkw), 1)
         self.split = split = cdiv(tiles_k, cdiv(tiles_k, cfg.split_k))
         meta = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split,
-                    GROUP_M=cfg.group_m, F16=cfg.predequant, EVEN_K=(kw % bkw == 0), G_BLOCK=g_block)
+                    GROUP_M=cfg.group_m, F16=cfg.predequant, EVEN_K=(kw % bkw == 0), G_BLOCK=g_block,
+                    ASM=not interpreting(), PAIRED=cfg.paired_planes)
         ints = (m, n, kw, g, s1_capacity, stride_am, stride_bg, stride_bn, scale2.stride(0), problem_sizes.stride(0),
                 self.out_stride)
         # (the interpreter takes no compile options)
@@ -443,6 +456,50 @@ def _fp4_pair(w, scale, P: tl.constexpr):
     lo = bits.to(tl.int16).to(tl.float16, bitcast=True)
     hi = (bits >> 16).to(tl.int16).to(tl.float16, bitcast=True)
     return lo * scale, hi * scale
+
+
+# _fp4_pair's values for planes P and P + 2 at once (P = PAR in {0, 1}), on two words in one call (``pack=2``: the
+# two elements a thread holds side by side along K, as the MMA's register operand pairs them). One prmt per half
+# gathers the two words' low (then high) 16-bit halves into one register x (y), so the values come out paired as the
+# MMA takes them (the element-wise form needs one byte permute per pair of values for that). One shift and one lop3
+# per register then put the sign of each of the parity's nibbles 6 bits above its magnitude's low bit, as in the
+# fp16 pattern ``sign << 15 | code & 7 << 9``: even nibbles take magnitudes from x and signs from x << 3; odd ones
+# magnitudes from x >> 3 and signs from x (lop3 0xE4 selects its first operand where the constant has ones, its
+# second elsewhere; the bits the final mask drops may hold anything). Then one shift and one mask per plane, and
+# one fp16x2 multiply by the block's scale: about 4 instructions per pair of values where the element-wise form
+# takes 6 (tests/ptx_model.py runs both against each other on CPU).
+def _planes_ptx(odd: bool) -> str:
+    """The PTX of one parity: $0-$3 = (lo, hi) of plane P, then of plane P + 2; $4, $5 the two words; $6 the two
+    scales (fp16x2)."""
+    # the spread: (even) magnitudes from x, signs from x << 3; (odd) magnitudes from x >> 3, signs from x
+    spread = ("shr.u32 t, {r}, 3;\n    lop3.b32 {r}, t, {r}, 0x0E0E0E0E, 0xE4;" if odd
+              else "shl.b32 t, {r}, 3;\n    lop3.b32 {r}, {r}, t, 0x07070707, 0xE4;")
+    lines = ["prmt.b32 x, $4, $5, 0x5410;", "prmt.b32 y, $4, $5, 0x7632;",
+             spread.format(r="x"), spread.format(r="y")]
+    # each plane's magnitude's low bit to bit 9 (and 25): it sits at bit 4P of an even spread, 4P - 3 of an odd one
+    for out, (reg, shift) in enumerate([("x", 8 if odd else 9), ("y", 8 if odd else 9),
+                                         ("x", 0 if odd else 1), ("y", 0 if odd else 1)]):
+        lines.append(f"shl.b32 t, {reg}, {shift};\n    and.b32 t, t, 0x8E008E00;" if shift
+                     else f"and.b32 t, {reg}, 0x8E008E00;")
+        lines.append(f"mul.f16x2 ${out}, t, $6;")
+    return "{\n    .reg .b32 x, y, t;\n    " + "\n    ".join(lines) + "\n}"
+
+
+_PLANES_PTX_EVEN = tl.constexpr(_planes_ptx(odd=False))
+_PLANES_PTX_ODD = tl.constexpr(_planes_ptx(odd=True))
+
+
+@triton.jit
+def _fp4_planes(w, scale, PAR: tl.constexpr, ASM: tl.constexpr):
+    """(lo, hi) of plane PAR, then of plane PAR + 2: ``_fp4_pair``'s values, by inline PTX when ASM (the GPU)."""
+    if ASM:
+        return tl.inline_asm_elementwise(_PLANES_PTX_ODD if PAR else _PLANES_PTX_EVEN, "=r,=r,=r,=r,r,r,r",
+                                         [w, scale], dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
+                                         is_pure=True, pack=2)
+    else:
+        lo0, hi0 = _fp4_pair(w, scale, PAR)
+        lo1, hi1 = _fp4_pair(w, scale, PAR + 2)
+        return lo0, hi0, lo1, hi1
 
 
 @triton.jit
@@ -618,8 +675,8 @@ def _nvfp4_gemm_kernel(
     stride_am, stride_bg, stride_bn, stride_s2g, stride_ps, stride_om, g_lo, g_hi,
     check_m, check_capacity, check_n, check_k,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    GROUP_M: tl.constexpr, F16: tl.constexpr, EVEN_K: tl.constexpr, G_BLOCK: tl.constexpr,
-    CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
+    GROUP_M: tl.constexpr, F16: tl.constexpr, EVEN_K: tl.constexpr, G_BLOCK: tl.constexpr, ASM: tl.constexpr,
+    PAIRED: tl.constexpr, CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
 ):
     # KW = K/8 int32 words per row, passed rather than derived so that Triton's divisibility specialization of
     # integer arguments sees it (vectorized, unmasked-in-K loads when EVEN_K).
@@ -715,11 +772,20 @@ def _nvfp4_gemm_kernel(
             sa_next = _load_scales(s1_ptr, s1_row, s1_mask, kb + BKW // 2, PK)
             sa = sa.to(tl.float16) * 128.0
             sa = tl.interleave(sa, sa)
-            for p in tl.static_range(4):
-                a_lo, a_hi = _fp4_pair(aw, sa, p)
-                b_lo, b_hi = _fp4_pair(bw, sb, p)
-                acc = tl.dot(b_lo, tl.trans(a_lo), acc)
-                acc = tl.dot(b_hi, tl.trans(a_hi), acc)
+            if PAIRED:
+                for par in tl.static_range(2):  # planes 0 and 2, then 1 and 3 (the same order with or without ASM)
+                    a_lo0, a_hi0, a_lo1, a_hi1 = _fp4_planes(aw, sa, par, ASM)
+                    b_lo0, b_hi0, b_lo1, b_hi1 = _fp4_planes(bw, sb, par, ASM)
+                    acc = tl.dot(b_lo0, tl.trans(a_lo0), acc)
+                    acc = tl.dot(b_hi0, tl.trans(a_hi0), acc)
+                    acc = tl.dot(b_lo1, tl.trans(a_lo1), acc)
+                    acc = tl.dot(b_hi1, tl.trans(a_hi1), acc)
+            else:
+                for p in tl.static_range(4):
+                    a_lo, a_hi = _fp4_pair(aw, sa, p)
+                    b_lo, b_hi = _fp4_pair(bw, sb, p)
+                    acc = tl.dot(b_lo, tl.trans(a_lo), acc)
+                    acc = tl.dot(b_hi, tl.trans(a_hi), acc)
 
     if SPLIT_K > 1:
         # Publish this split's partial, count arrivals; the last to arrive reduces all of them in split order.
