@@ -81,7 +81,7 @@ def main() -> int:
                         raise
                     print(f"  ({name}: {e}; timed without --after-config)")
                     gemm = module.GroupedGemm(*ops, torch.bfloat16,
-                                              **{k: v for k, v in overrides.items() if k not in after_config})
+                                              **{key: v for key, v in overrides.items() if key not in after_config})
                 out = torch.empty((m, n), dtype=torch.bfloat16, device=dev)
                 rows[name] = (lambda: gemm(*ops, out=out), out, gemm.cfg)
 

@@ -299,13 +299,14 @@ class GroupedGemm:
         # Each split takes a run of cdiv(k-tiles, split_k) k-tiles; as many splits as that leaves non-empty.
         tiles_k = max(cdiv(kw, bkw), 1)
         self.split = split = cdiv(tiles_k, cdiv(tiles_k, cfg.split_k))
+        asm = not interpreting()  # inline PTX in either decode kernel (the interpreter runs their element-wise forms)
         meta = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split,
                     GROUP_M=cfg.group_m, F16=cfg.predequant, EVEN_K=(kw % bkw == 0), G_BLOCK=g_block,
-                    ASM=not interpreting(), PAIRED=cfg.paired_planes)
+                    ASM=asm, PAIRED=cfg.paired_planes)
         ints = (m, n, kw, g, s1_capacity, stride_am, stride_bg, stride_bn, scale2.stride(0), problem_sizes.stride(0),
                 self.out_stride)
         # (the interpreter takes no compile options)
-        options = None if cfg.max_registers is None or interpreting() else {"maxnreg": cfg.max_registers}
+        options = {"maxnreg": cfg.max_registers} if cfg.max_registers is not None and asm else None
 
         def gemm(g_lo, g_hi, check=None):
             # Groups [g_lo, g_hi): their tiles fit in cdiv(M, BLOCK_M) + (g_hi - g_lo) m-slots (docstring).
@@ -319,7 +320,7 @@ class GroupedGemm:
         if cfg.integer:
             # EVEN_K: every split's run of words is whole steps (a multiple of bkw, KW included).
             int_meta = dict(BLOCK_N=cfg.block_n, BLOCK_KW=bkw, SPLIT_K=split, EVEN_K=kw > 0 and kw % bkw == 0,
-                            G_BLOCK=g_block, ASM=not interpreting(), STAGES=cfg.num_stages)
+                            G_BLOCK=g_block, ASM=asm, STAGES=cfg.num_stages)
             tiles = (m + g) * cdiv(n, cfg.block_n)  # one token per tile
             self._grow_scratch(tiles, tiles * split * cfg.block_n)
 
