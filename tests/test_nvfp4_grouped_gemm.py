@@ -360,6 +360,18 @@ def test_validation_errors(small, change, match):
         _bad(small, **change(small))()
 
 
+def test_kernel_overrides_drop_the_defaults_paired_planes(monkeypatch):
+    """A default that pairs planes (the decode kernel's form) does not make ``predequant=True`` or ``integer=True``
+    an error: the caller asked for another kernel, not for paired planes. Asked for explicitly, it is one."""
+    paired_default = replace(gg.tensor_core_config(8 * 16, 2048, 4096, 8), paired_planes=True)
+    monkeypatch.setattr(gg, "default_config", lambda m, n, k, g: paired_default)
+    assert gg._config(8 * 16, 2048, 4096, 8, {"predequant": True, "block_k": 64}).paired_planes is False
+    assert gg._config(8 * 16, 2048, 4096, 8, {"integer": True}).paired_planes is False
+    assert gg._config(8 * 16, 2048, 4096, 8, {"num_stages": 3}).paired_planes is True
+    with pytest.raises(ValueError, match="paired_planes applies to the tensor-core"):
+        gg._config(8 * 16, 2048, 4096, 8, {"predequant": True, "block_k": 64, "paired_planes": True})
+
+
 def test_cpu_without_interpreter_is_refused(small, monkeypatch):
     if DEVICE.type != "cpu":
         pytest.skip("the refusal concerns CPU tensors")

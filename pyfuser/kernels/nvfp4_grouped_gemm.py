@@ -237,6 +237,8 @@ def _config(m: int, n: int, k: int, g: int, overrides: dict) -> GemmConfig:
         if overrides.get("integer", cfg.integer) != cfg.integer:
             cfg = (integer_config if overrides["integer"] else tensor_core_config)(m, n, k, g)
         cfg = replace(cfg, **overrides)
+        if (cfg.integer or cfg.predequant) and "paired_planes" not in overrides:
+            cfg = replace(cfg, paired_planes=False)  # a default's decode-kernel form the caller did not ask for
         if cfg.integer:
             if (cfg.block_k < 32 or cfg.block_m != 1 or cfg.block_n < 16 or cfg.split_k < 1 or cfg.num_stages < 1
                     or cfg.predequant):
