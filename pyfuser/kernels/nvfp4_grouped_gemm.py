@@ -109,8 +109,8 @@ class GemmConfig:
     # tiles, so a cap can turn a grid's partial second wave into one wave.
     max_registers: Optional[int] = None
     # Decode kernel: dequantize two planes of two k-adjacent words per inline-PTX call on the GPU (_fp4_planes,
-    # about 4 instructions per pair of values instead of 6) and run the dots in plane order 0, 2, 1, 3. Off by
-    # default until timed on a GPU (docs/nvfp4.md).
+    # about 4 instructions per pair of values instead of 6) and run the dots in plane order 0, 2, 1, 3. On in
+    # tensor_core_config's decode configs; off here so that a config built by hand keeps the one-plane form.
     paired_planes: bool = False
 
 
@@ -149,27 +149,31 @@ def integer_config(m: int, n: int, k: int, g: int) -> GemmConfig:
 def tensor_core_config(m: int, n: int, k: int, g: int) -> GemmConfig:
     """The tensor-core kernel's config, from the static sizes only: tokens per expert decide decode vs prefill.
 
-    Chosen from benchmarks/sweep_nvfp4_gemm.py on the H200 (G=8, K=4096, N 2048/14336; GPU times from CUPTI):
     - decode (<= 64 tokens per expert): one m-tile holds an expert's tokens, dequantized inside the k loop (a
       first launch costs more than it saves at this size, and fp16 token tiles crowd shared memory), BLOCK_K 256,
-      4 warps, 4 stages. 128-wide weight tiles when that still gives >= 2 tiles per SM (N=14336: 126 us at 1 and
-      16 tokens, 197 us at 64), else 64-wide ones, and split-K until there are 2 programs per SM (N=2048: split 2,
-      24 us at 1 and 16 tokens vs 34 us unsplit; 45 us at 64 tokens).
+      4 warps, planes paired (``paired_planes``), split-K until there are 2 programs per SM (N=2048: split 2).
+      Chosen on an H100 (G=8, K=4096, CUDA graphs, L2 cleared by a read; 2026-12-06, docs/nvfp4.md): with paired
+      planes, 64-wide weight tiles and 3 stages at 16-token tiles (N=14336: 131.9 us unpaired in 128-wide tiles ->
+      112.1 us; 128-wide paired tiles take 151 us, 64-wide unpaired ones 150.6 us; N=2048: 27.9 -> 24.0 us), 4
+      stages at 32-token tiles (N=14336: 181.9 -> 157.4 us, 170.8 us with 3; N=2048: 36.7 -> 31.1 us, 30.3 with 3).
     - 33-64 tokens per expert: the tokens' in-loop dequantization is repeated for every weight tile, so 128-wide
-      weight tiles (half the repeats), split-K to one program per SM: N=2048 split 2, 47.6 -> 39.5 us (2026-12-02).
+      weight tiles (half the repeats), split-K to one program per SM: N=2048 split 2, 47.6 -> 39.5 us (2026-12-02,
+      H200); paired planes, 4 stages (H100: N=2048 39.7 -> 35.6 us, N=14336 200.5 -> 192.0 us; 3 stages ties).
     - prefill: both operands dequantized to fp16 first, then 128 weight rows x 256 tokens x 64 k per tile, 8 warps,
       4 stages: 284 us at N=2048 and 1828 us at N=14336 with 1024 tokens per expert, 0.71x / 0.70x bf16
-      _grouped_mm (the register-operand form: 352 / 2213 us; 256 x 128 tiles: 299 / 1921 us)."""
+      _grouped_mm (the register-operand form: 352 / 2213 us; 256 x 128 tiles: 299 / 1921 us; H200, from
+      benchmarks/sweep_nvfp4_gemm.py)."""
     per_expert = -(-m // max(g, 1))
     if per_expert <= 64:
         block_m = max(16, next_pow2(per_expert))
-        block_n = 128 if block_m >= 64 or g * -(-n // 128) >= 2 * _NUM_SMS else 64
+        block_n = 128 if block_m >= 64 else 64
         tiles = g * -(-n // block_n)
         programs = 2 * _NUM_SMS if block_m < 64 else _NUM_SMS  # 64-token tiles: 4x the MMA work per program
         split_k = 1
         while tiles * split_k < programs and k // (256 * split_k) >= 4:
             split_k *= 2
-        return GemmConfig(block_m, block_n, 256, split_k, 8, False, 4, 4)
+        stages = 3 if block_m == 16 else 4
+        return GemmConfig(block_m, block_n, 256, split_k, 8, False, 4, stages, paired_planes=True)
     return GemmConfig(256, 128, 64, 1, 8, True, 8, 4)
 
 
@@ -924,9 +928,12 @@ def _nvfp4_gemm_int_kernel(
     G_BLOCK: tl.constexpr, ASM: tl.constexpr, STAGES: tl.constexpr,
     CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
 ):
-    # Programs: (m-slot, n-tile) on axis 0, m-slot fastest, so that the tokens of one group (which read the same
-    # weight tile) run side by side and share it through L2; the K split on axis 1. An m-slot is one token of one
-    # group (_group_tile with tiles of 1; M + G slots cover every token and give each group one). A program sums
+    # Programs: (m-slot, n-tile) on axis 0 in bands of 8 m-slots, m-slot fastest inside a band, so that the tokens
+    # of one group (which read the same weight tile) run side by side and share it through L2; the K split on axis
+    # 1. An m-slot is one token of one group (_group_tile with tiles of 1; M + G slots cover every token and give
+    # each group one), and the slots past the last tile have nothing to do: at one token per expert half of them.
+    # Banding puts those empty programs after every working one instead of among them (H100, N=2048, one token
+    # per expert: 26.5 -> 25.7 us; docs/nvfp4.md). A program sums
     # its split's contiguous run of k-steps for its BLOCK_N outputs, BLOCK_KW words (8 * BLOCK_KW codes) per step.
     # The step loads go through shared memory, STAGES - 1 steps ahead (cp.async; Triton pipelines loads that feed
     # no dot only when the loop asks): registers alone hold one step ahead, too few bytes in flight per SM.
@@ -937,8 +944,11 @@ def _nvfp4_gemm_int_kernel(
             _fused_offsets_check(flags_ptr, ps_ptr, eoff_ptr, sfoff_ptr, G, check_m, check_capacity, check_n,
                                  check_k, stride_ps, CHECK_EVERY_ROW, CHECK_BLOCK)
     num_pid_m = M + G
-    pid_m = pid % num_pid_m
-    pid_n = pid // num_pid_m
+    band = 8 * tl.cdiv(N, BLOCK_N)  # programs per band of 8 m-slots
+    first_m = (pid // band) * 8
+    band_m = tl.minimum(num_pid_m - first_m, 8)
+    pid_m = first_m + (pid % band) % band_m
+    pid_n = (pid % band) // band_m
     grp, local = _group_tile(pid_m, ps_ptr, stride_ps, G, 0, G, 1, G_BLOCK)
     if grp >= G:
         return
