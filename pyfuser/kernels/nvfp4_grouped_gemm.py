@@ -20,9 +20,9 @@ nibble p+4 of a word land in the two 16-bit halves as fp16 bit patterns ``sign<<
 becomes an fp16 subnormal). One fp16 multiply by ``scale * 2**7`` finishes the value. K is consumed in that
 nibble order: "plane" q (0..7) holds nibble q of every word, and a k-tile is 8 dots, plane q of the weights with
 plane q of the tokens (a permutation of the k sum, which is free since every product is exact). With
-``paired_planes`` (off by default: not yet timed on a GPU) the decode kernel computes the same values on the GPU by
+``paired_planes`` (on in the default decode configs) the decode kernel computes the same values on the GPU by
 inline PTX on two k-adjacent words at a time (``_fp4_planes``): about 4 instructions per pair of values instead of
-6, since the pairs come out as the MMA's register operand holds them.
+6, since the pairs come out as the MMA's register operand holds them; its dots run in plane order 0, 2, 1, 3.
 
 No host sync; one launch, or 1 + 2 per chunk of experts with ``predequant``:
 - ``_nvfp4_gemm_kernel`` computes ``out^T = B^T A^T`` tiles: the weights fill the MMA's M side (64+ rows) and
@@ -44,7 +44,8 @@ No host sync; one launch, or 1 + 2 per chunk of experts with ``predequant``:
   K=4096 (benchmarks/sweep_nvfp4_integer.py): N=14336 130 -> 83 us (2.9x -> 4.5x bf16), N=2048 29.5 -> 21.5 us
   (2.0x -> 2.8x; 0.87x the time of a plain copy of the same bytes at this size); at 2 tokens per expert it
   draws at best (N=14336 130 vs 125-133 us), since each token's program decodes the weights again. Split-K as
-  below, by ``integer_config`` where the tokens' tiles are too few to fill the GPU.
+  below, by ``integer_config`` where the tokens' tiles are too few to fill the GPU. Its grid runs bands of 8
+  m-slots so that the empty m-slots' programs start after every working one.
 - Prefill (``predequant``): both operands are dequantized once, exactly, to fp16 in k order (``_dequant_a_kernel``,
   ``_dequant_b_kernel``), and the same kernel then runs as a plain fp16 grouped GEMM (``F16``: one dot of
   BLOCK_K per k-tile, both operands through the pipeliner's shared-memory stages). Measured on the H200 (G=8,
