@@ -565,6 +565,17 @@ def _fused_offsets_check(flags_ptr, ps_ptr, eoff_ptr, sfoff_ptr, G, check_m, che
 
 
 @triton.jit
+def _banded_tile(pid, num_pid_m, num_pid_n, BAND: tl.constexpr):
+    """(m-slot, n-tile) of program ``pid`` when programs run in bands of BAND m-slots, m-slot fastest inside a
+    band: a band's m-slots side by side on each n-tile (they share its weight tile through L2), and the m-slots
+    past the last tile, which have nothing to do, after every working one."""
+    band = BAND * num_pid_n  # programs per band
+    first_m = (pid // band) * BAND
+    band_m = tl.minimum(num_pid_m - first_m, BAND)  # the last band may be short
+    return first_m + (pid % band) % band_m, (pid % band) // band_m
+
+
+@triton.jit
 def _group_tile(pid_m, ps_ptr, stride_ps, G, g_lo, g_hi, BLOCK_M: tl.constexpr, G_BLOCK: tl.constexpr):
     """(group, m-tile inside it) of m-slot ``pid_m``: prefix sums of the groups' tile counts (each group of [g_lo,
     g_hi) owns max(cdiv(m_i, BLOCK_M), 1) tiles), all G sizes in one vector load rather than a loop of G dependent
@@ -699,11 +710,7 @@ def _nvfp4_gemm_kernel(
                                  check_k, stride_ps, CHECK_EVERY_ROW, CHECK_BLOCK)
     num_pid_m = tl.cdiv(M, BLOCK_M) + g_hi - g_lo
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    band = GROUP_M * num_pid_n  # programs per band of GROUP_M m-tiles, m-tile fastest inside a band
-    first_m = (pid // band) * GROUP_M
-    band_m = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % band) % band_m
-    pid_n = (pid % band) // band_m
+    pid_m, pid_n = _banded_tile(pid, num_pid_m, num_pid_n, GROUP_M)  # GROUP_M m-tiles per band (L2 reuse)
 
     grp, local = _group_tile(pid_m, ps_ptr, stride_ps, G, g_lo, g_hi, BLOCK_M, G_BLOCK)
     if grp >= g_hi:
@@ -944,12 +951,7 @@ def _nvfp4_gemm_int_kernel(
         if (pid == 0) & (pid_k == 0):
             _fused_offsets_check(flags_ptr, ps_ptr, eoff_ptr, sfoff_ptr, G, check_m, check_capacity, check_n,
                                  check_k, stride_ps, CHECK_EVERY_ROW, CHECK_BLOCK)
-    num_pid_m = M + G
-    band = 8 * tl.cdiv(N, BLOCK_N)  # programs per band of 8 m-slots
-    first_m = (pid // band) * 8
-    band_m = tl.minimum(num_pid_m - first_m, 8)
-    pid_m = first_m + (pid % band) % band_m
-    pid_n = (pid % band) // band_m
+    pid_m, pid_n = _banded_tile(pid, M + G, tl.cdiv(N, BLOCK_N), 8)
     grp, local = _group_tile(pid_m, ps_ptr, stride_ps, G, 0, G, 1, G_BLOCK)
     if grp >= G:
         return
