@@ -5,6 +5,8 @@ Run on the GPU machine:       python benchmarks/ab_nvfp4_decode.py --baseline FI
 Smoke run on CPU:             TRITON_INTERPRET=1 python benchmarks/ab_nvfp4_decode.py --baseline FILE --smoke --out /tmp/ab.json
 A config against the default: python benchmarks/ab_nvfp4_decode.py --after-config '{"paired_planes": true}'
                               --bits-may-differ --out <date>-nvfp4-decode-paired-ab.json
+With the offsets' check:      ... --checked (adds the launches that also run the device check of the offsets,
+                              as fd.execute does by default)
 
 For G=8 experts, K=4096, N in {2048, 14336} and 1, 16 and 64 tokens per expert (the issue's decode shapes), times:
 - ``bf16``: torch._grouped_mm on bf16 operands of the same shape (weights [G, N, K] passed transposed);
@@ -13,7 +15,10 @@ For G=8 experts, K=4096, N in {2048, 14336} and 1, 16 and 64 tokens per expert (
 - ``after``: the shipped ``pyfuser.kernels.nvfp4_grouped_gemm.GroupedGemm`` with its default config, changed by
   ``--after-config``;
 - at 64 tokens also both modules with BLOCK_K 128 and 6 stages (``before bk128`` / ``after bk128``), the config
-  that sums K in other tiles.
+  that sums K in other tiles;
+- with ``--checked`` also ``before checked`` / ``after checked``: the launch that runs the device check of the
+  offsets and problem sizes in its program 0 (``check_flags``, what ``fd.execute`` runs by default), its flag a
+  device int32 that must still be 0 after the timing (valid offsets).
 Each is prepared once (checks, config, bound launch) and captured alone in a CUDA graph; a time is the median
 GPU time of ``triton.testing.do_bench`` over the graph's replays (L2 cleared before each, so the weights come
 from HBM as in a decode step), in ``--rounds`` interleaved rounds (median and min-max over rounds reported).
@@ -39,6 +44,7 @@ import kernel_variant  # noqa: E402
 from sweep_nvfp4_gemm import check_rows, make_operands, record_graph_times, save_partial  # noqa: E402
 from pyfuser.kernels import nvfp4_grouped_gemm as shipped  # noqa: E402
 from pyfuser.nvfp4 import reference  # noqa: E402
+from pyfuser.ops.narrow_precision import gemm_contract  # noqa: E402
 
 
 def main() -> int:
@@ -53,6 +59,8 @@ def main() -> int:
                          "sums in another order)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     ap.add_argument("--rep-ms", type=int, default=50, help="do_bench time per row and round (ms)")
+    ap.add_argument("--checked", action="store_true",
+                    help="also time the launches that run the offsets' device check (fd.execute's default)")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on any device (CPU: TRITON_INTERPRET=1)")
     args = ap.parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -73,9 +81,12 @@ def main() -> int:
             ref = reference.nvfp4_grouped_mm(*ops, torch.bfloat16)
             rows = {}  # name -> (call, output of one call)
 
-            def add(name, module, **overrides):
+            check = gemm_contract("ab", *ops)[-1]
+            flags = torch.zeros(1, dtype=torch.int32, device=dev)
+
+            def add(name, module, checked=False, **overrides):
                 try:
-                    gemm = module.GroupedGemm(*ops, torch.bfloat16, **overrides)
+                    gemm = module.GroupedGemm(*ops, torch.bfloat16, check=check if checked else None, **overrides)
                 except ValueError as e:  # --after-config for another kernel than this shape's (one token: integer)
                     if not set(after_config) & set(overrides):
                         raise
@@ -83,10 +94,16 @@ def main() -> int:
                     gemm = module.GroupedGemm(*ops, torch.bfloat16,
                                               **{key: v for key, v in overrides.items() if key not in after_config})
                 out = torch.empty((m, n), dtype=torch.bfloat16, device=dev)
-                rows[name] = (lambda: gemm(*ops, out=out), out, gemm.cfg)
+                if checked and not gemm.fuses_check:
+                    return  # (prefill configs run the check as a launch of its own)
+                flag = flags if checked else None
+                rows[name] = (lambda: gemm(*ops, out=out, check_flags=flag), out, gemm.cfg)
 
             add("before", before)
             add("after", shipped, **after_config)
+            if args.checked:
+                add("before checked", before, checked=True)
+                add("after checked", shipped, checked=True, **after_config)
             if tpe > 16:
                 add("before bk128", before, block_k=128, num_stages=6)
                 add("after bk128", shipped, **{**after_config, "block_k": 128, "num_stages": 6})
@@ -106,6 +123,7 @@ def main() -> int:
                 record_graph_times(entry["rows"], {name: fn for name, (fn, _, _) in rows.items()}, args.rounds,
                                    args.rep_ms)
                 del a16, w16
+            entry["check_flag"] = int(flags.item())  # valid offsets: no bit may be set
             result["shapes"].append(entry)
             print(f"\nN={n}, {tpe} tokens/expert (M={m}, G={g}, K={k})")
             for name, r in entry["rows"].items():
@@ -120,7 +138,7 @@ def main() -> int:
             save_partial(result, args.out, t_start, dev)
     print(f"\nwrote {args.out} ({result['wall_s']} s)")
     bad = [(s["N"], s["tokens_per_expert"], name) for s in result["shapes"] for name, r in s["rows"].items()
-           if r.get("matches_reference") is False
+           if r.get("matches_reference") is False or s.get("check_flag")
            or (not args.bits_may_differ and any(v != 1.0 for key, v in r.items()
                                                 if key.startswith("identical_to_")))]
     if bad:

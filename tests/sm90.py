@@ -91,6 +91,20 @@ def cuobjdump(cubin: bytes, flag: str) -> str:
         return subprocess.run([tool, flag, path], capture_output=True, text=True, check=True).stdout
 
 
+def main_loop(sass: str) -> list[str]:
+    """The instructions of the longest loop body in ``sass`` (cuobjdump -sass text: the span of the longest backward
+    branch), addresses and branch targets blanked, so two kernels' main loops compare instruction for
+    instruction."""
+    code = [(int(m.group(1), 16), m.group(2)) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    best: list = []
+    for addr, text in code:
+        target = re.search(r"BRA\b.*?0x([0-9a-f]+)", text)
+        if target and int(target.group(1), 16) < addr:
+            body = [t for a, t in code if int(target.group(1), 16) <= a <= addr]
+            best = max(best, body, key=len)
+    return [re.sub(r"0x[0-9a-f]+", "X", " ".join(t.split())) for t in best]
+
+
 def resource_usage(cubin: bytes) -> dict:
     """ptxas's registers, stack bytes and static shared memory of a cubin's kernel (None where not reported)."""
     usage = cuobjdump(cubin, "-res-usage")

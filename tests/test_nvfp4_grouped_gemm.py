@@ -393,39 +393,51 @@ def test_tile_config_beyond_shared_memory_is_our_error(small):
 
 
 _COMPILE_GEMM = """
-import json, sys
+import base64, json, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from pyfuser.kernels import nvfp4_grouped_gemm as gg
 
-cfg = gg.default_config(8 * 16, 2048, 4096, 8)  # decode: the launch that can run the offsets' check
 sig = {n: "*i32" for n in ("a_ptr", "b_ptr", "ps_ptr", "eoff_ptr", "sfoff_ptr", "cnt_ptr", "flags_ptr")}
 sig.update(s1_ptr="*fp8e4nv", s2_ptr="*fp8e4nv", alpha_ptr="*fp32", out_ptr="*bf16", ws_ptr="*fp32")
 for n in ("M", "N", "KW", "G", "s1_capacity", "stride_am", "stride_bg", "stride_bn", "stride_s2g", "stride_ps",
           "stride_om", "g_lo", "g_hi", "check_m", "check_capacity", "check_n", "check_k"):
     sig[n] = "i32"
+# What the JIT specializes at these shapes: every pointer 16-byte aligned, and these ints multiples of 16.
+aligned = {n for n, t in sig.items() if t.startswith("*")} | {
+    "N", "KW", "stride_am", "stride_bg", "stride_bn", "stride_s2g", "stride_om", "check_n", "check_k"}
 out = {}
-for check, paired in ((False, False), (True, False), (False, True)):
+# (tokens per expert, N, the offsets check, paired planes): decode launches that can run the check
+for tokens, n, check, paired in ((16, 2048, False, False), (16, 2048, True, False), (16, 2048, False, True),
+                                 (16, 14336, False, True), (16, 14336, True, True)):
+    cfg = gg.default_config(8 * tokens, n, 4096, 8)
     consts = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k,
                   GROUP_M=cfg.group_m, F16=False, EVEN_K=True, G_BLOCK=8, ASM=True, PAIRED=paired, CHECK=check,
                   CHECK_EVERY_ROW=False, CHECK_BLOCK=16)
-    sig.update({k: "constexpr" for k in consts})
-    src = triton.compiler.ASTSource(fn=gg._nvfp4_gemm_kernel, signature=dict(sig), constexprs=consts)
+    full = {**sig, **{k: "constexpr" for k in consts}}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(full) if name in aligned}
+    src = triton.compiler.ASTSource(fn=gg._nvfp4_gemm_kernel, signature=full, constexprs=consts, attrs=attrs)
     c = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
     assert c.asm["cubin"]
-    out[f"{check} {paired}"] = [c.asm["ptx"].count("st.global"), c.asm["ptx"].count("0x07070707")]
+    out[f"{n} {check} {paired}"] = [c.asm["ptx"].count("st.global"), c.asm["ptx"].count("0x07070707"),
+                                    base64.b64encode(c.asm["cubin"]).decode()]
 print(json.dumps(out))
 """
 
 
 def test_decode_kernel_with_the_offsets_check_compiles_for_sm90():
     """The decode launch that ORs the offsets' check bits into the call's flags (program 0) compiles for the H200;
-    it stores one more thing than the launch without the check. The paired-planes form compiles too."""
+    it stores one more thing than the launch without the check, and its main loop is the unchecked launch's,
+    instruction for instruction (the check is a call: inlined, it changed the loop's schedule and cost 18% at
+    N=14336, 16 tokens per expert). The paired-planes form compiles too."""
+    import base64
     import json
     import os
     import subprocess
     import sys
+
+    from sm90 import cuobjdump, main_loop
 
     pytest.importorskip("triton.backends.nvidia")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -433,10 +445,14 @@ def test_decode_kernel_with_the_offsets_check_compiles_for_sm90():
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     counts = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert counts["True False"][0] > counts["False False"][0]
+    assert counts["2048 True False"][0] > counts["2048 False False"][0]
     # paired_planes assembles for sm_90 with its planes' PTX inlined (the even planes' lop3 constant); the
-    # default does not use it
-    assert counts["False True"][1] > 0 and counts["False False"][1] == 0
+    # unpaired form does not use it
+    assert counts["2048 False True"][1] > 0 and counts["2048 False False"][1] == 0
+    loops = [main_loop(cuobjdump(base64.b64decode(counts[f"14336 {check} True"][2]), "-sass"))
+             for check in (False, True)]
+    assert sum("HGMMA" in i for i in loops[0]) >= 8
+    assert loops[1] == loops[0]
 
 
 # The integer kernel (dp4a block dot products, one token per program): the default at <= INTEGER_MAX_TOKENS tokens
