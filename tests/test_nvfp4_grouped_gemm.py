@@ -302,6 +302,10 @@ def test_default_config_heuristic():
     assert (tc(8 * 64, 2048, 4096, 8).block_m, tc(8 * 64, 2048, 4096, 8).split_k) == (64, 2)
     assert tc(8 * 64, 14336, 4096, 8).block_n == 128
     assert tc(8 * 64, 2048, 4096, 8).block_n == 128  # 64-token tiles: half the in-loop token dequant
+    # The offsets' device check: inlined in 16-token tiles split along K, a call elsewhere (measured per shape).
+    assert tc(8 * 16, 2048, 4096, 8).check_form == "inline" and tc(8 * 16, 14336, 4096, 8).check_form == "call"
+    assert tc(8 * 64, 2048, 4096, 8).check_form == tc(8 * 64, 14336, 4096, 8).check_form == "call"
+    assert gg.INTEGER_CONFIG.check_form == "call"
     assert tc(8, 2048, 256, 8).split_k == 1  # K=256 is a single k-tile
     prefill = tc(8192, 14336, 4096, 8)
     assert (prefill.block_m, prefill.block_n, prefill.split_k, prefill.predequant) == (256, 128, 1, True)
@@ -409,18 +413,19 @@ aligned = {n for n, t in sig.items() if t.startswith("*")} | {
 out = {}
 # (tokens per expert, N, the offsets check, paired planes): decode launches that can run the check
 for tokens, n, check, paired in ((16, 2048, False, False), (16, 2048, True, False), (16, 2048, False, True),
-                                 (16, 14336, False, True), (16, 14336, True, True)):
+                                 (16, 14336, False, True), (16, 14336, True, True), (64, 2048, False, True),
+                                 (64, 2048, True, True)):
     cfg = gg.default_config(8 * tokens, n, 4096, 8)
     consts = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k,
                   GROUP_M=cfg.group_m, F16=False, EVEN_K=True, G_BLOCK=8, ASM=True, PAIRED=paired, CHECK=check,
-                  CHECK_EVERY_ROW=False, CHECK_BLOCK=16)
+                  CHECK_EVERY_ROW=False, CHECK_BLOCK=16, CHECK_CALL=cfg.check_form == "call")
     full = {**sig, **{k: "constexpr" for k in consts}}
     attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(full) if name in aligned}
     src = triton.compiler.ASTSource(fn=gg._nvfp4_gemm_kernel, signature=full, constexprs=consts, attrs=attrs)
     c = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
     assert c.asm["cubin"]
-    out[f"{n} {check} {paired}"] = [c.asm["ptx"].count("st.global"), c.asm["ptx"].count("0x07070707"),
+    out[f"{tokens} {n} {check} {paired}"] = [c.asm["ptx"].count("st.global"), c.asm["ptx"].count("0x07070707"),
                                     base64.b64encode(c.asm["cubin"]).decode()]
 print(json.dumps(out))
 """
@@ -428,9 +433,9 @@ print(json.dumps(out))
 
 def test_decode_kernel_with_the_offsets_check_compiles_for_sm90():
     """The decode launch that ORs the offsets' check bits into the call's flags (program 0) compiles for the H200;
-    it stores one more thing than the launch without the check, and its main loop is the unchecked launch's,
-    instruction for instruction (the check is a call: inlined, it changed the loop's schedule and cost 18% at
-    N=14336, 16 tokens per expert). The paired-planes form compiles too."""
+    it stores one more thing than the launch without the check. Where the check is a call (check_form), the
+    main loop is the unchecked launch's, instruction for instruction, at the shapes where inlining it cost 14%
+    (N=14336 with 16 tokens per expert, N=2048 with 64). The paired-planes form compiles too."""
     import base64
     import json
     import os
@@ -445,14 +450,15 @@ def test_decode_kernel_with_the_offsets_check_compiles_for_sm90():
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     counts = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert counts["2048 True False"][0] > counts["2048 False False"][0]
+    assert counts["16 2048 True False"][0] > counts["16 2048 False False"][0]
     # paired_planes assembles for sm_90 with its planes' PTX inlined (the even planes' lop3 constant); the
     # unpaired form does not use it
-    assert counts["2048 False True"][1] > 0 and counts["2048 False False"][1] == 0
-    loops = [main_loop(cuobjdump(base64.b64decode(counts[f"14336 {check} True"][2]), "-sass"))
-             for check in (False, True)]
-    assert sum("HGMMA" in i for i in loops[0]) >= 8
-    assert loops[1] == loops[0]
+    assert counts["16 2048 False True"][1] > 0 and counts["16 2048 False False"][1] == 0
+    for shape in ("16 14336", "64 2048"):
+        loops = [main_loop(cuobjdump(base64.b64decode(counts[f"{shape} {check} True"][2]), "-sass"))
+                 for check in (False, True)]
+        assert sum("HGMMA" in i for i in loops[0]) >= 8
+        assert loops[1] == loops[0], shape
 
 
 # The integer kernel (dp4a block dot products, one token per program): the default at <= INTEGER_MAX_TOKENS tokens
@@ -484,8 +490,15 @@ def test_integer_kernel_matches_oracle(tokens, n, k, block_n, block_k, split_k, 
     _check(out, case, out_dtype)
     # Split partials are summed in split order and the tile counters are left zero: the next call's bits are the same.
     assert torch.equal(gemm(*case.args).view(torch.int16), out.view(torch.int16))
-    tensor_cores = nvfp4_grouped_mm(*case.args, out_dtype, **vars(gg.tensor_core_config(case.m, n, k, len(tokens))))
+    tc_config = {key: v for key, v in vars(gg.tensor_core_config(case.m, n, k, len(tokens))).items()
+                 if key != "check_form"}  # (nvfp4_grouped_mm runs no offsets check)
+    tensor_cores = nvfp4_grouped_mm(*case.args, out_dtype, **tc_config)
     assert (out == tensor_cores).double().mean().item() > 0.9
+
+
+def test_check_form_is_validated(small):
+    with pytest.raises(ValueError, match="check_form must be 'call', 'inline' or 'launch', got 'fused'"):
+        gg.GroupedGemm(*small.args, torch.bfloat16, check_form="fused")
 
 
 def test_kernel_override_starts_from_that_kernels_default():

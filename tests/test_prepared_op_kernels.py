@@ -362,6 +362,33 @@ def test_gemm_runs_its_device_check_in_its_own_launch(device_checks, monkeypatch
     assert_identical(fd.execute(good, _disable_options=["offset_checks"]), want)
 
 
+def test_gemm_config_without_a_fused_check_launches_the_check(device_checks, monkeypatch):
+    """A decode config with ``check_form="launch"`` runs the GEMM's unchecked kernel after the offsets' own check
+    launch; bad offsets are reported by the next call all the same."""
+    from dataclasses import replace
+
+    from pyfuser.kernels import nvfp4_grouped_gemm as gg
+    from pyfuser.ops import offset_checks
+
+    default = gg.default_config
+    monkeypatch.setattr(gg, "default_config", lambda *a: replace(default(*a), check_form="launch"))
+    prepared = []
+    real_prepare = offset_checks._prepare_device_flags
+    monkeypatch.setattr(offset_checks, "_prepare_device_flags", lambda *a: prepared.append(a) or real_prepare(*a))
+    name, define, inputs = CASES["grouped GEMM"]()
+    fd = define()
+    good = inputs(0)
+    want = fd.execute(good)
+    assert len(prepared) == 1  # the check's own launch, prepared once
+    fd.execute(good[:6] + [_i32([20, 0])] + good[7:])
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+    with pytest.raises(FusionExecutionError, match=r"expert_offsets must be non-decreasing.*found on the device"):
+        fd.execute(good)
+    assert_identical(fd.execute(good), want)
+    assert len(prepared) == 1
+
+
 # Bad offsets of the layout op ([40, 6] input, tokens (7, 0, 33): starts [0, 7, 7], outs [0, 128, 128], a buffer
 # of 40 + 127*3 = 421 rows) and of the grouped quantize ([24, 48] input, tokens (5, 19, 0): starts [0, 5, 24],
 # outs [0, 128, 256], 405 rows), each with the message of the bit it sets (device) and the host check's (sync).

@@ -113,6 +113,12 @@ class GemmConfig:
     # about 4 instructions per pair of values instead of 6) and run the dots in plane order 0, 2, 1, 3. On in
     # tensor_core_config's decode configs; off here so that a config built by hand keeps the one-plane form.
     paired_planes: bool = False
+    # Decode launches, when the call asks for the offsets' device check: where it runs. "call": program 0 of the
+    # GEMM's launch calls it as a function of its own (_fused_offsets_check_call), one launch fewer per call;
+    # "inline": the same, inlined; "launch": a launch of its own before the GEMM, which then runs its unchecked
+    # kernel. Any code added to the kernel can change how ptxas schedules its main loop, so which costs nothing
+    # depends on the specialization (tensor_core_config has the measurements).
+    check_form: str = "call"
 
 
 # Up to this many tokens per expert (on average: the sizes are static, the groups' counts are not) the default is
@@ -174,7 +180,13 @@ def tensor_core_config(m: int, n: int, k: int, g: int) -> GemmConfig:
         while tiles * split_k < programs and k // (256 * split_k) >= 4:
             split_k *= 2
         stages = 3 if block_m == 16 else 4
-        return GemmConfig(block_m, block_n, 256, split_k, 8, False, 4, stages, paired_planes=True)
+        # The offsets' device check as a call from program 0, but inlined in 16-token tiles split along K: there
+        # the call cost 14% (H100, N=2048, 16 tokens per expert: 31.1 us, 27.3 inlined, 27.4 without the check),
+        # while inlined it cost 14% at N=14336, 16 tokens (144.8 us against 126.6 as a call) and 2048, 64 tokens
+        # (43.3 against 37.9). Both forms ran as fast as no check at 1, 32 (untimed) and N=14336, 64 tokens.
+        check_form = "inline" if block_m == 16 and split_k > 1 else "call"
+        return GemmConfig(block_m, block_n, 256, split_k, 8, False, 4, stages, paired_planes=True,
+                          check_form=check_form)
     return GemmConfig(256, 128, 64, 1, 8, True, 8, 4)
 
 
@@ -258,6 +270,8 @@ def _config(m: int, n: int, k: int, g: int, overrides: dict) -> GemmConfig:
         if cfg.paired_planes and (cfg.integer or cfg.predequant):
             contract_error(f"paired_planes applies to the tensor-core decode kernel (integer=False, predequant=False), "
                            f"got {cfg}")
+        if cfg.check_form not in ("call", "inline", "launch"):
+            contract_error(f"check_form must be 'call', 'inline' or 'launch', got {cfg.check_form!r}")
         if cfg.max_registers is not None and not 32 <= cfg.max_registers <= 255:
             contract_error(f"max_registers must be None or between 32 and 255 (ptxas's registers per thread), got "
                            f"{cfg.max_registers}")
@@ -315,11 +329,15 @@ class GroupedGemm:
         # (the interpreter takes no compile options)
         options = {"maxnreg": cfg.max_registers} if cfg.max_registers is not None and asm else None
 
+        def check_args(check):
+            checks, check_meta = fused_check_args(check, g, sizes=True)
+            return checks, {**check_meta, "CHECK_CALL": cfg.check_form == "call"}
+
         def gemm(g_lo, g_hi, check=None):
             # Groups [g_lo, g_hi): their tiles fit in cdiv(M, BLOCK_M) + (g_hi - g_lo) m-slots (docstring).
             grid_m, grid_n = cdiv(m, cfg.block_m) + g_hi - g_lo, cdiv(n, cfg.block_n)
             self._grow_scratch(grid_m * grid_n, grid_m * grid_n * split * cfg.block_n * cfg.block_m)
-            checks, check_meta = fused_check_args(check, g, sizes=True)
+            checks, check_meta = check_args(check)
             return bound_launch(_nvfp4_gemm_kernel, (grid_m * grid_n, split, 1), (*ints, g_lo, g_hi, *checks),
                                 {**meta, **check_meta}, cfg.num_warps, cfg.num_stages, device=dev,
                                 compile_options=options)
@@ -332,18 +350,18 @@ class GroupedGemm:
             self._grow_scratch(tiles, tiles * split * cfg.block_n)
 
             def int_gemm(check=None):
-                checks, check_meta = fused_check_args(check, g, sizes=True)
+                checks, check_meta = check_args(check)
                 return bound_launch(_nvfp4_gemm_int_kernel, (tiles, split, 1), (*ints, *checks),
                                     {**int_meta, **check_meta}, cfg.num_warps, cfg.num_stages, device=dev,
                                     compile_options=options)
 
             self.launches = [int_gemm()]
-            if check is not None:
+            if check is not None and cfg.check_form != "launch":
                 self.checked = int_gemm(check)
             return
         if not cfg.predequant:
             self.launches = [gemm(0, g)]
-            if check is not None:
+            if check is not None and cfg.check_form != "launch":
                 self.checked = gemm(0, g, check)
             return
         # Prefill: both operands dequantized to fp16 (exact) by first launches, then a plain fp16 grouped GEMM. The
@@ -554,11 +572,7 @@ def _zero_rows(out_ptr, start, end, offs_n, n_mask, stride_om, BLOCK_M: tl.const
         tl.store(ptrs, zeros, mask=(rows < end)[:, None] & n_mask[None, :])
 
 
-# A call, not inlined: inlined, its few instructions in front of the kernel changed how ptxas scheduled the whole
-# main loop, and the launch with the check (what fd.execute runs by default) ran 18% slower than the one without
-# at N=14336, 16 tokens per expert (H100: 142 vs 120 us). As a call the main loop's SASS is the unchecked kernel's,
-# instruction for instruction (a CPU test compares them).
-@triton.jit(noinline=True)
+@triton.jit
 def _fused_offsets_check(flags_ptr, ps_ptr, eoff_ptr, sfoff_ptr, G, check_m, check_capacity, check_n, check_k,
                          stride_ps, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr):
     """The call's device check of the offsets and problem sizes (group_offsets_check.py), run by one program of
@@ -566,6 +580,29 @@ def _fused_offsets_check(flags_ptr, ps_ptr, eoff_ptr, sfoff_ptr, G, check_m, che
     bits = group_offsets_bits(eoff_ptr, sfoff_ptr, ps_ptr, G, check_m, check_capacity, check_n, check_k,
                               stride_ps, CHECK_EVERY_ROW, True, True, CHECK_BLOCK)
     or_into_flags(flags_ptr, bits)
+
+
+@triton.jit(noinline=True)
+def _fused_offsets_check_call(flags_ptr, ps_ptr, eoff_ptr, sfoff_ptr, G, check_m, check_capacity, check_n,
+                              check_k, stride_ps, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr):
+    """_fused_offsets_check as a function of its own in the compiled kernel (GemmConfig.check_form "call")."""
+    _fused_offsets_check(flags_ptr, ps_ptr, eoff_ptr, sfoff_ptr, G, check_m, check_capacity, check_n, check_k,
+                         stride_ps, CHECK_EVERY_ROW, CHECK_BLOCK)
+
+
+@triton.jit
+def _program0_offsets_check(pid, pid_k, flags_ptr, ps_ptr, eoff_ptr, sfoff_ptr, G, check_m, check_capacity, check_n,
+                            check_k, stride_ps, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
+                            CHECK_CALL: tl.constexpr):
+    """Program (0, 0) runs the call's device check of the offsets (group_offsets_check.py): no launch of its own.
+    CHECK_CALL: as a call (GemmConfig.check_form), else inlined."""
+    if (pid == 0) & (pid_k == 0):
+        if CHECK_CALL:
+            _fused_offsets_check_call(flags_ptr, ps_ptr, eoff_ptr, sfoff_ptr, G, check_m, check_capacity, check_n,
+                                      check_k, stride_ps, CHECK_EVERY_ROW, CHECK_BLOCK)
+        else:
+            _fused_offsets_check(flags_ptr, ps_ptr, eoff_ptr, sfoff_ptr, G, check_m, check_capacity, check_n,
+                                 check_k, stride_ps, CHECK_EVERY_ROW, CHECK_BLOCK)
 
 
 @triton.jit
@@ -700,6 +737,7 @@ def _nvfp4_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     GROUP_M: tl.constexpr, F16: tl.constexpr, EVEN_K: tl.constexpr, G_BLOCK: tl.constexpr, ASM: tl.constexpr,
     PAIRED: tl.constexpr, CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
+    CHECK_CALL: tl.constexpr,
 ):
     # KW = K/8 int32 words per row, passed rather than derived so that Triton's divisibility specialization of
     # integer arguments sees it (vectorized, unmasked-in-K loads when EVEN_K).
@@ -708,10 +746,9 @@ def _nvfp4_gemm_kernel(
     # [G, N, KW]), dequantized here with their block scales. Only groups [g_lo, g_hi) are computed.
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
-    if CHECK:  # the call's device check of the offsets (group_offsets_check.py), by program 0: no launch of its own
-        if (pid == 0) & (pid_k == 0):
-            _fused_offsets_check(flags_ptr, ps_ptr, eoff_ptr, sfoff_ptr, G, check_m, check_capacity, check_n,
-                                 check_k, stride_ps, CHECK_EVERY_ROW, CHECK_BLOCK)
+    if CHECK:
+        _program0_offsets_check(pid, pid_k, flags_ptr, ps_ptr, eoff_ptr, sfoff_ptr, G, check_m, check_capacity,
+                                check_n, check_k, stride_ps, CHECK_EVERY_ROW, CHECK_BLOCK, CHECK_CALL)
     num_pid_m = tl.cdiv(M, BLOCK_M) + g_hi - g_lo
     num_pid_n = tl.cdiv(N, BLOCK_N)
     pid_m, pid_n = _banded_tile(pid, num_pid_m, num_pid_n, GROUP_M)  # GROUP_M m-tiles per band (L2 reuse)
@@ -938,7 +975,7 @@ def _nvfp4_gemm_int_kernel(
     check_m, check_capacity, check_n, check_k,
     BLOCK_N: tl.constexpr, BLOCK_KW: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
     G_BLOCK: tl.constexpr, ASM: tl.constexpr, STAGES: tl.constexpr,
-    CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr,
+    CHECK: tl.constexpr, CHECK_EVERY_ROW: tl.constexpr, CHECK_BLOCK: tl.constexpr, CHECK_CALL: tl.constexpr,
 ):
     # Programs: (m-slot, n-tile) on axis 0 in bands of 8 m-slots, m-slot fastest inside a band, so that the tokens
     # of one group (which read the same weight tile) run side by side and share it through L2; the K split on axis
@@ -952,9 +989,8 @@ def _nvfp4_gemm_int_kernel(
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     if CHECK:
-        if (pid == 0) & (pid_k == 0):
-            _fused_offsets_check(flags_ptr, ps_ptr, eoff_ptr, sfoff_ptr, G, check_m, check_capacity, check_n,
-                                 check_k, stride_ps, CHECK_EVERY_ROW, CHECK_BLOCK)
+        _program0_offsets_check(pid, pid_k, flags_ptr, ps_ptr, eoff_ptr, sfoff_ptr, G, check_m, check_capacity,
+                                check_n, check_k, stride_ps, CHECK_EVERY_ROW, CHECK_BLOCK, CHECK_CALL)
     pid_m, pid_n = _banded_tile(pid, M + G, tl.cdiv(N, BLOCK_N), 8)
     grp, local = _group_tile(pid_m, ps_ptr, stride_ps, G, 0, G, 1, G_BLOCK)
     if grp >= G:
