@@ -362,16 +362,18 @@ def test_gemm_runs_its_device_check_in_its_own_launch(device_checks, monkeypatch
     assert_identical(fd.execute(good, _disable_options=["offset_checks"]), want)
 
 
-def test_gemm_config_without_a_fused_check_launches_the_check(device_checks, monkeypatch):
-    """A decode config with ``check_form="launch"`` runs the GEMM's unchecked kernel after the offsets' own check
-    launch; bad offsets are reported by the next call all the same."""
+@pytest.mark.parametrize("form", ["call", "inline", "launch"])
+def test_gemm_check_form_reports_bad_offsets(form, device_checks, monkeypatch):
+    """Each ``check_form`` of a decode config reports bad offsets from the next call and gives the same result:
+    "call" and "inline" run the check in the GEMM's own launch (no check launch is prepared), "launch" prepares
+    the check's own launch once and runs the unchecked GEMM after it."""
     from dataclasses import replace
 
     from pyfuser.kernels import nvfp4_grouped_gemm as gg
     from pyfuser.ops import offset_checks
 
     default = gg.default_config
-    monkeypatch.setattr(gg, "default_config", lambda *a: replace(default(*a), check_form="launch"))
+    monkeypatch.setattr(gg, "default_config", lambda *a: replace(default(*a), check_form=form))
     prepared = []
     real_prepare = offset_checks._prepare_device_flags
     monkeypatch.setattr(offset_checks, "_prepare_device_flags", lambda *a: prepared.append(a) or real_prepare(*a))
@@ -379,14 +381,15 @@ def test_gemm_config_without_a_fused_check_launches_the_check(device_checks, mon
     fd = define()
     good = inputs(0)
     want = fd.execute(good)
-    assert len(prepared) == 1  # the check's own launch, prepared once
+    assert_identical(want, fd.execute(good, _disable_options=["offset_checks"]))
+    assert len(prepared) == (form == "launch")  # the check's own launch, prepared once, only in that form
     fd.execute(good[:6] + [_i32([20, 0])] + good[7:])
     if DEVICE.type == "cuda":
         torch.cuda.synchronize()
     with pytest.raises(FusionExecutionError, match=r"expert_offsets must be non-decreasing.*found on the device"):
         fd.execute(good)
     assert_identical(fd.execute(good), want)
-    assert len(prepared) == 1
+    assert len(prepared) == (form == "launch")
 
 
 # Bad offsets of the layout op ([40, 6] input, tokens (7, 0, 33): starts [0, 7, 7], outs [0, 128, 128], a buffer

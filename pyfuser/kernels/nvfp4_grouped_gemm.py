@@ -183,7 +183,7 @@ def tensor_core_config(m: int, n: int, k: int, g: int) -> GemmConfig:
         # The offsets' device check as a call from program 0, but inlined in 16-token tiles split along K: there
         # the call cost 14% (H100, N=2048, 16 tokens per expert: 31.1 us, 27.3 inlined, 27.4 without the check),
         # while inlined it cost 14% at N=14336, 16 tokens (144.8 us against 126.6 as a call) and 2048, 64 tokens
-        # (43.3 against 37.9). Both forms ran as fast as no check at 1, 32 (untimed) and N=14336, 64 tokens.
+        # (43.3 against 37.9). Both ran as fast as no check at N=14336, 64 tokens; 32-token tiles are untimed.
         check_form = "inline" if block_m == 16 and split_k > 1 else "call"
         return GemmConfig(block_m, block_n, 256, split_k, 8, False, 4, stages, paired_planes=True,
                           check_form=check_form)
