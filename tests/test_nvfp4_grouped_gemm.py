@@ -501,6 +501,15 @@ def test_check_form_is_validated(small):
         gg.GroupedGemm(*small.args, torch.bfloat16, check_form="fused")
 
 
+@pytest.mark.parametrize("integer", [False, True])
+def test_unchecked_launch_is_the_same_for_every_check_form(small, integer):
+    """check_form says only how a launch with the offsets' check runs it: the unchecked launch's arguments (its
+    constexprs included, so its compiled kernel) do not depend on it."""
+    fixed = {form: gg.GroupedGemm(*small.args, torch.bfloat16, check_form=form, integer=integer).launches[0].fixed
+             for form in ("call", "inline", "launch")}
+    assert fixed["call"] == fixed["inline"] == fixed["launch"]
+
+
 def test_kernel_override_starts_from_that_kernels_default():
     # integer=False at a one-token shape takes the tensor-core kernel's own config (then any other override).
     case = Case([1, 1], 64, 128, seed=5)

@@ -330,8 +330,9 @@ class GroupedGemm:
         options = {"maxnreg": cfg.max_registers} if cfg.max_registers is not None and asm else None
 
         def check_args(check):
+            # (CHECK_CALL only where there is a check: unchecked launches of any check_form share one compile)
             checks, check_meta = fused_check_args(check, g, sizes=True)
-            return checks, {**check_meta, "CHECK_CALL": cfg.check_form == "call"}
+            return checks, {**check_meta, "CHECK_CALL": check is not None and cfg.check_form == "call"}
 
         def gemm(g_lo, g_hi, check=None):
             # Groups [g_lo, g_hi): their tiles fit in cdiv(M, BLOCK_M) + (g_hi - g_lo) m-slots (docstring).
