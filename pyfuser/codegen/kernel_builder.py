@@ -582,8 +582,13 @@ class Emitter:
                  mode: str, index64: bool, n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0,
                  split_interior: int = 0, full_col_tiles: bool = False, online: Optional[dict] = None,
                  welford: Optional[dict] = None, fast_exp_sums: frozenset = frozenset(),
-                 sum_exp: str = "tl.exp", welford_group: int = 0):
+                 sum_exp: str = "tl.exp", welford_group: int = 0, grid_2d: bool = False):
         assert mode in ("pointwise", "persistent", "looped")
+        assert not grid_2d or mode == "pointwise"
+        # A pointwise kernel on a (column blocks, row blocks) grid reads its tile's coordinates from the two
+        # program ids; on a one-dimensional grid it divides its id by the column blocks, a count known only at run
+        # time (a signed division: about 30 instructions per thread, 1.5 per element in a bf16 tanh-GELU).
+        self.grid_2d = grid_2d
         assert not split_interior or mode == "pointwise"
         assert not full_col_tiles or not (split_interior or row_tiles)
         self.kb, self.params = kb, params
@@ -818,7 +823,10 @@ class Emitter:
         self.indent = 1
         if self.n_cols_factor != 1:
             self.w(f"n_cols = n_cols_q * {self.n_cols_factor}")
-        if self.mode == "pointwise":
+        if self.mode == "pointwise" and self.grid_2d:
+            self.w("pid_c = tl.program_id(0)")
+            self.w("pid_r = tl.program_id(1)")
+        elif self.mode == "pointwise":
             self.w("pid = tl.program_id(0)")
             self.w("nb_c = tl.cdiv(n_cols, BLOCK_C)")
             self.w("pid_r = pid // nb_c")
@@ -1348,19 +1356,12 @@ def _bf16_widenings_as_shifts(kb: KernelBuilder) -> None:
             n.template = _BF16_TO_F32
 
 
-def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, mode, index64,
-                  n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0, lanes_per_thread: int = 1,
-                  split_interior: int = 0, full_col_tiles: bool = False, softmax_sums: Optional[dict] = None,
-                  online_softmax: bool = True, gelu_tail: bool = True, welford: Optional[dict] = None,
-                  fast_exp_sums: bool = False, welford_group: int = 0, widening_shifts: bool = True) -> str:
-    """``lanes_per_thread``: elements of a [BLOCK_R, BLOCK_C] tile each thread holds (1 where unknown).
-    ``split_interior``, ``full_col_tiles``: see Emitter. ``softmax_sums``: online_softmax_sums' result (wide
-    rows). ``online_softmax``: wide rows accumulate those sums in their max's pass. ``gelu_tail``:
-    _bf16_tanh_gelu_tails. ``welford``: the variances (welford_moments' result) whose squared deviations wide
-    rows of whole tiles accumulate in the mean's pass, in lanes of ``welford_group`` columns (0: one).
-    ``fast_exp_sums``: the terms of wide rows' softmax sums take _exp_ftz (two instructions), online, or in the
-    sum's own pass where that sum is not online (where it adds libdevice's exp otherwise). ``widening_shifts``:
-    _bf16_widenings_as_shifts."""
+def rewrite_nodes(kb: KernelBuilder, lanes_per_thread: int = 1, gelu_tail: bool = True,
+                  widening_shifts: bool = True) -> None:
+    """The GPU forms of a kernel's nodes, rewritten in place before its source is written (the plan reads the
+    result: a GELU tail caps the kernel's registers and picks its grid). ``lanes_per_thread``: elements of a
+    [BLOCK_R, BLOCK_C] tile each thread holds (1 where unknown). ``gelu_tail``: _bf16_tanh_gelu_tails.
+    ``widening_shifts``: _bf16_widenings_as_shifts."""
     _mark_arithmetic_min_max(kb)
     if lanes_per_thread % 4 == 0 and not interpreting():
         _bf16_row_divisions(kb)
@@ -1370,12 +1371,32 @@ def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, 
         _canonical_bf16_nans(kb)
     if widening_shifts:
         _bf16_widenings_as_shifts(kb)  # (last: the passes above read the widenings' templates)
+
+
+def uses_gelu_tail(kb: KernelBuilder) -> bool:
+    """Whether rewrite_nodes put a bf16 tanh-GELU tail (gelu_tanh_bf16's PTX block) into the kernel."""
+    return any(v.kind == "op" and v.template in (gelu_tanh_bf16.TEMPLATE, gelu_tanh_bf16.TEMPLATE_HALF)
+               for v in kb.nodes)
+
+
+def kernel_source(name: str, kb: KernelBuilder, params, n_row_dims, n_col_dims, mode, index64,
+                  n_cols_factor: int = 1, row_tiles: int = 0, wide: int = 0, split_interior: int = 0,
+                  full_col_tiles: bool = False, softmax_sums: Optional[dict] = None, online_softmax: bool = True,
+                  welford: Optional[dict] = None, fast_exp_sums: bool = False, welford_group: int = 0,
+                  grid_2d: bool = False) -> str:
+    """The kernel's source, from nodes rewrite_nodes has rewritten. ``split_interior``, ``full_col_tiles``,
+    ``grid_2d``: see Emitter. ``softmax_sums``: online_softmax_sums' result (wide rows). ``online_softmax``: wide
+    rows accumulate those sums in their max's pass. ``welford``: the variances (welford_moments' result) whose
+    squared deviations wide rows of whole tiles accumulate in the mean's pass, in lanes of ``welford_group``
+    columns (0: one). ``fast_exp_sums``: the terms of wide rows' softmax sums take _exp_ftz (two instructions),
+    online, or in the sum's own pass where that sum is not online (where it adds libdevice's exp otherwise)."""
     sums = (softmax_sums or {}) if wide else {}
     online = sums if online_softmax else None
     fast = frozenset(sums) if sums and not online_softmax and fast_exp_sums else frozenset()
     sum_exp = "_exp_ftz" if fast_exp_sums and not interpreting() else "tl.exp"  # (the interpreter runs no PTX)
     moments = welford if wide and full_col_tiles else None
     body = Emitter(kb, params, n_row_dims, n_col_dims, mode, index64, n_cols_factor, row_tiles, wide,
-                   split_interior, full_col_tiles, online, moments, fast, sum_exp, welford_group).source(name)
+                   split_interior, full_col_tiles, online, moments, fast, sum_exp, welford_group,
+                   grid_2d).source(name)
     header = "import triton\nimport triton.language as tl\nfrom triton.language.extra import libdevice\n"
     return header + prelude() + "\n\n" + body

@@ -21,9 +21,8 @@ import torch
 from ..ir.dtypes import to_torch_dtype
 from ..ir.nodes import Scalar, TensorView, Vector
 from ..ops.registry import OpKind
-from . import gelu_tanh_bf16
 from .kernel_builder import (COMPILE_OPTIONS, KernelBuilder, TensorParam, kernel_source, online_softmax_sums,
-                             welford_moments)
+                             rewrite_nodes, uses_gelu_tail, welford_moments)
 from .launcher import next_pow2
 from ..segment.loop_domain import LoopDomain, NotFusable, build_loop_domain, column_dims, memory_operands
 
@@ -33,6 +32,7 @@ _SIG_DTYPE = {
     torch.uint64: "u64", torch.bool: "i1", torch.float8_e4m3fn: "fp8e4nv", torch.float8_e5m2: "fp8e5",
 }
 INT32_MAX = 2**31 - 1
+GRID_Y_MAX = 65535  # CUDA's limit for a grid's y dimension
 
 
 @dataclass
@@ -366,17 +366,25 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
     # per exact shape, and the source says which it assumed.
     full_col_tiles = not split_interior and not n_tiles and (
         n_cols == block_c if mode == "persistent" else n_cols % ((unroll if wide else 1) * block_c) == 0)
+    rewrite_nodes(kb, lanes if lanes >= 4 else 1, gelu_tail=TUNING["bf16_gelu_tail"],
+                  widening_shifts=not _for_form(TUNING["wide_cvt_widenings"], form))
+    # The GELU tail's PTX block holds four lanes' operands at once (46 registers uncapped); capped, more programs
+    # fit per SM with no spill (sass_census.py).
+    max_registers = TUNING["bf16_gelu_tail_max_registers"] if uses_gelu_tail(kb) else None
+    n_blocks_r = -(-n_rows // block_r)
+    n_blocks_c = -(-n_cols // block_c)
+    grid_2d = (mode == "pointwise" and prologue_of is None and not embedded and n_blocks_r <= GRID_Y_MAX
+               and _pointwise_grid_2d(max_registers))
     source_body = kernel_source("KERNEL", kb, params, len(row_runs), len(col_runs), mode, index64, n_cols_factor,
-                                n_tiles, unroll if wide else 0, lanes if lanes >= 4 else 1, split_interior,
-                                full_col_tiles,
+                                n_tiles, unroll if wide else 0, split_interior, full_col_tiles,
                                 softmax_sums=softmax_sums, online_softmax=online,
-                                gelu_tail=TUNING["bf16_gelu_tail"], fast_exp_sums=TUNING["wide_fast_exp_sums"],
-                                welford=welford, welford_group=welford_group,
-                                widening_shifts=not _for_form(TUNING["wide_cvt_widenings"], form))
+                                fast_exp_sums=TUNING["wide_fast_exp_sums"], welford=welford,
+                                welford_group=welford_group, grid_2d=grid_2d)
     name = "pf_" + mode + "_" + hashlib.sha1(source_body.encode()).hexdigest()[:12]
     source = source_body.replace("def KERNEL(", f"def {name}(")
-    n_blocks_r = -(-n_rows // block_r)
-    grid = (n_blocks_r * -(-n_cols // block_c),) if mode == "pointwise" else (n_blocks_r,)
+    grid = (n_blocks_r * n_blocks_c,) if mode == "pointwise" else (n_blocks_r,)
+    if grid_2d:
+        grid = (n_blocks_c, n_blocks_r)  # column blocks fastest: the one-dimensional grid's program order
     if wide is not None:
         grid = (min(n_blocks_r, programs),)
     if grid[0] > INT32_MAX:  # CUDA's limit for a grid's x dimension (Triton would fail with an OverflowError)
@@ -400,13 +408,14 @@ def plan_kernel(segment, metas: dict, scalar_exprs: list, prologue_of: Optional[
     if prologue_of is not None:
         state = dict(kb=kb, params=params, row_runs=row_runs, col_runs=col_runs, index64=index64,
                      dims=list(dom.dims_of[id(prologue_of)]), fixed_names=fixed_names, sizes=sizes)
-    # The GELU tail's PTX block holds four lanes' operands at once (46 registers uncapped); capped, more programs
-    # fit per SM with no spill (sass_census.py). kernel_source put it in as a node of its own.
-    uses_tail = any(v.kind == "op" and v.template in (gelu_tanh_bf16.TEMPLATE, gelu_tanh_bf16.TEMPLATE_HALF)
-                    for v in kb.nodes)
-    max_registers = TUNING["bf16_gelu_tail_max_registers"] if uses_tail else None
     return KernelPlan(name, source, mode, pointer_inputs, outputs, scalar_vals, fixed, block_r, block_c, grid,
                       num_warps, n_rows, n_cols, arg_types, tuple(kb.checks), state, max_registers)
+
+
+def _pointwise_grid_2d(max_registers) -> bool:
+    """TUNING["pointwise_grid_2d"] for a kernel of this register cap (None: uncapped)."""
+    choice = TUNING["pointwise_grid_2d"]
+    return choice is True or (choice == "capped" and max_registers is not None)
 
 
 def _coordinate_resolver(kb: KernelBuilder, dom: LoopDomain, sizes: dict, row_runs, col_runs, index64: bool):
@@ -680,6 +689,14 @@ TUNING = {
     # (-tuning-gelu-tail-s18-h200.json): 5.2-9.4% faster at the five roofline shapes, 66.7-71.4 -> 70.3-76.7% of copy.
     "bf16_gelu_tail": True,
     "bf16_gelu_tail_max_registers": 40,  # ptxas's register cap for a kernel with that tail (None: uncapped)
+    # Pointwise kernels launched on their own, on a (column blocks, row blocks) grid instead of one dimension whose
+    # id each program divides by the column blocks (Emitter.grid_2d): True for all, "capped" for those whose
+    # registers the plan caps (the bf16 tanh-GELU tail's), False for none. sm_90 SASS (sass_census.py), hot
+    # instructions per element: bf16 tanh-GELU 25.6 -> 24.1 at [16384, 4096], 25.9 -> 23.9 at [8191, 5000] (the
+    # kernel is bound by instruction issue on the H200), registers unchanged under the cap; fp32 tanh-GELU 31.9 ->
+    # 30.5, 40 -> 38 registers. But bf16 slice+add+mul (memory-bound) goes from 32 to 40 registers, 8 to 6
+    # programs per SM, so uncapped kernels keep one dimension until a GPU A/B says otherwise.
+    "pointwise_grid_2d": "capped",
     # A variance over rows longer than wide_min_cols, in whole tiles, whose row input has elements of at least
     # this many bytes, accumulates its squared deviations in its mean's pass by Welford's update per lane
     # (kernel_builder.welford_moments): two passes over the row instead of three, two more lane accumulators.
