@@ -34,8 +34,6 @@ import bench_fusions as bf  # noqa: E402
 
 _DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
-_INSTR = re.compile(r"/\*[0-9a-f]{4}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
-
 
 def plans_for(name: str, rows: int, cols: int, dtype: torch.dtype) -> list:
     """The kernel plans of one bench_fusions case, planned for the GPU on the CPU: GPU sources, launches skipped."""
@@ -61,14 +59,13 @@ def plans_for(name: str, rows: int, cols: int, dtype: torch.dtype) -> list:
 
 def census(p, dump: str | None = None, label: str = "") -> dict:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-    from sm90 import compile_cubin, cuobjdump, kernel_spec, programs_per_sm, resource_usage
+    from sm90 import compile_cubin, cuobjdump, kernel_spec, opcodes, programs_per_sm, resource_usage
 
     (cubin,) = compile_cubin([kernel_spec(p, specialized=True)])
     sass = cuobjdump(cubin, "-sass")
     usage = resource_usage(cubin)
     info = {"regs": usage["REG"], "stack": usage["STACK"], "shared": usage["SHARED"]}
-    ops = [m.group(2) for m in map(_INSTR.search, sass.splitlines()) if m]
-    ops = [o for o in ops if o != "NOP"]
+    ops = opcodes(sass)
     rare = len(_rare_path(sass))
     body = p.source[p.source.index(f"def {p.name}("):]
     loops = bool(re.search(r"^\s+for ", body, re.M))

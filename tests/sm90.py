@@ -91,6 +91,15 @@ def cuobjdump(cubin: bytes, flag: str) -> str:
         return subprocess.run([tool, flag, path], capture_output=True, text=True, check=True).stdout
 
 
+_OPCODE = re.compile(r"/\*[0-9a-f]{4}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
+
+
+def opcodes(sass: str) -> list[str]:
+    """The opcode of every instruction in ``sass`` (cuobjdump -sass text), predicated ones included, NOPs (padding)
+    left out."""
+    return [m.group(2) for m in map(_OPCODE.search, sass.splitlines()) if m and m.group(2) != "NOP"]
+
+
 def main_loop(sass: str) -> list[str]:
     """The instructions of the longest loop body in ``sass`` (cuobjdump -sass text: the span of the longest backward
     branch), addresses and branch targets blanked, so two kernels' main loops compare instruction for

@@ -13,8 +13,8 @@ import torch
 
 from pyfuser import DataType, FusionDefinition
 from pyfuser.codegen import plan
-from harness import check_fusion, make, sliced, transposed
-from sm90 import compile_cubin, cuobjdump, gpu_plans, kernel_spec, plans_of
+from harness import check_fusion, make, transposed
+from sm90 import compile_cubin, cuobjdump, gpu_plans, kernel_spec, opcodes, plans_of
 
 triton = pytest.importorskip("triton")
 
@@ -40,6 +40,16 @@ def _bias_gelu_eager(x, w, b):
 
 def _grids(fd) -> list:
     return [p.grid for p in plans_of(fd) if p.mode == "pointwise"]
+
+
+def _only_plan(fn, inputs):
+    """The plan of the one generated kernel ``fn``'s fusion runs on ``inputs``: a pointwise kernel on a 2-D grid."""
+    with FusionDefinition() as fd:
+        fn(fd)
+    fd.execute(inputs)
+    (p,) = plans_of(fd)
+    assert p.mode == "pointwise" and len(p.grid) == 2, (p.mode, p.grid)
+    return p
 
 
 def _run(x, w, b):
@@ -74,11 +84,14 @@ def test_bias_gelu_on_a_2d_grid_has_the_one_dimensional_grids_bits(monkeypatch, 
 
 @pytest.mark.parametrize("layout", ["sliced", "transposed"])
 def test_unaligned_and_transposed_inputs_on_a_2d_grid(grid_2d, layout):
-    # A slice that starts 3 elements into each row: no 16-byte vector is aligned, so the kernel splits its tiles
-    # into the row's interior and a narrow last tile (Emitter.split_interior), both reading pid_c.
-    shape = (50, 3000)
-    x = sliced(shape, torch.bfloat16) if layout == "sliced" else transposed(shape, torch.bfloat16)
-    y = make(shape, torch.bfloat16)
+    # sliced: rows of 3001 columns starting 3 elements into rows of 3004: no 16-byte vector is aligned, so the kernel
+    # splits its tiles into the row's interior and a narrow last tile (Emitter.split_interior), both reading pid_c.
+    # transposed: [5000, 64] with dim 0 contiguous, so the kernel's columns are the 5000 (several column blocks).
+    if layout == "sliced":
+        x = make((50, 3004), torch.bfloat16)[:, 3:]
+    else:
+        x = transposed((5000, 64), torch.bfloat16)
+    y = make(tuple(x.shape), torch.bfloat16)
 
     def fn(fd):
         tx, ty = fd.from_pytorch(x), fd.from_pytorch(y)
@@ -86,6 +99,10 @@ def test_unaligned_and_transposed_inputs_on_a_2d_grid(grid_2d, layout):
         fd.add_output(fd.ops.cast(fd.ops.mul(s, 0.5), DataType.BFloat16))
 
     check_fusion(fn, [x, y], lambda x, y: ((x.float() + y.float()) * 0.5).bfloat16(), atol=0, rtol=0)
+    p = _only_plan(fn, [x, y])
+    n_c = p.grid[0]
+    assert n_c > 1 and "tl.program_id(1)" in p.source
+    assert ("if pid_c * BLOCK_C + BLOCK_C <= n_cols:" in p.source) == (layout == "sliced")  # the split interior
 
 
 def test_a_per_row_output_is_written_once_on_a_2d_grid(grid_2d):
@@ -99,11 +116,8 @@ def test_a_per_row_output_is_written_once_on_a_2d_grid(grid_2d):
         fd.add_output(t)
 
     check_fusion(fn, [x, v], lambda x, v: [x + (v * 2.0)[:, None], v * 2.0], atol=0, rtol=0)
-    with FusionDefinition() as fd:
-        fn(fd)
-    fd.execute([x, v])
-    ((n_c, _n_r),) = _grids(fd)
-    (p,) = plans_of(fd)
+    p = _only_plan(fn, [x, v])
+    n_c = p.grid[0]
     assert n_c > 1 and "(pid_c == 0)" in p.source
 
 
@@ -127,8 +141,7 @@ def test_the_tuning_choice(monkeypatch, choice, capped, expected):
 
 def _sass_count(p) -> int:
     (cubin,) = compile_cubin([kernel_spec(p, specialized=True)])
-    return sum(1 for line in cuobjdump(cubin, "-sass").splitlines() if "/*" in line and "*/" in line
-               and line.split("*/", 1)[1].strip()[:1].isalpha() and "NOP" not in line)
+    return len(opcodes(cuobjdump(cubin, "-sass")))
 
 
 def test_by_default_the_capped_gelu_kernel_takes_it_and_drops_the_division(monkeypatch):
