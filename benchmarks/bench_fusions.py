@@ -364,18 +364,38 @@ def main():
     ap.add_argument("--fp32", action="store_true", help="also every case with fp32 inputs and outputs")
     ap.add_argument("--read-flush", action="store_true",
                     help="also time pyfuser and torch.compile with L2 cleared by a read (benchmarks/timing.py)")
+    ap.add_argument("--cases", default="", help="only cases whose names start with one of these (comma-separated)")
+    ap.add_argument("--shapes", default="", help="only these shapes, e.g. 16384x4096,1024x65536")
+    ap.add_argument("--budget-s", type=float, default=0,
+                    help="start no case after this many seconds and skip the extras (host overhead, segment "
+                         "counts, flush study); the report then says how many cases ran")
     args = ap.parse_args()
     dev = torch.device("cuda")
     torch.manual_seed(0)
+    t0 = time.perf_counter()
+    over_budget = lambda: args.budget_s > 0 and time.perf_counter() - t0 > args.budget_s  # noqa: E731
     copy_bw = copy_bandwidth(dev)
     shapes = [(1024, 512)] if args.quick else SHAPES
+    if args.shapes:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    wanted = [c for c in args.cases.split(",") if c]
+    dtypes = (torch.bfloat16, torch.float32) if args.fp32 else (torch.bfloat16,)
+    planned = len(dtypes) * len(shapes) * sum(not wanted or any(n.startswith(c) for c in wanted) for n in CASE_FDS)
     rows = []
     compiled = {}
-    for dtype in (torch.bfloat16, torch.float32) if args.fp32 else (torch.bfloat16,):
+    for dtype in dtypes:
         for r, c in shapes:
             for name, fd, eager, inputs in make_cases(r, c, dev, dtype):
+                if wanted and not any(name.startswith(w) for w in wanted) or over_budget():
+                    continue
                 rows.append(run_case(name, fd, eager, inputs, copy_bw, compiled, args.read_flush))
                 print(json.dumps(rows[-1]), flush=True)
+                # Written after every case, so that a run stopped from outside still leaves its rows.
+                report(args.out, copy_bw, rows, {}, {}, args.tag, partial=f"{len(rows)} of {planned} cases so far")
+    if over_budget() or wanted or args.shapes:
+        ran = f"{len(rows)} of {planned} cases" + (" (the time budget ran out)" if len(rows) < planned else "")
+        report(args.out, copy_bw, rows, {}, {}, args.tag, partial=ran + "; the extras were skipped")
+        return
     s, h = (256, 2) if args.quick else (4096, 16)
     mask = torch.randn(s, s + 1, device=dev, dtype=torch.bfloat16)
     scores = torch.randn(1, h, s, s, device=dev, dtype=torch.bfloat16)
@@ -398,7 +418,8 @@ def targets_met(rows, key: str, vs: str = "vs_compile") -> tuple[int, int]:
     return sum(r[key] >= 85 and r[vs] >= 1.1 for r in cases), len(cases)
 
 
-def report(out_dir, copy_bw, rows, overhead, counts, tag="", flushes=()):
+def report(out_dir, copy_bw, rows, overhead, counts, tag="", flushes=(), partial=""):
+    """Writes <date>-fusions[-tag].md and .json; ``partial`` says, when not every case ran, how many did."""
     os.makedirs(out_dir, exist_ok=True)
     day = datetime.date.today().isoformat()
     meta = {
@@ -410,7 +431,7 @@ def report(out_dir, copy_bw, rows, overhead, counts, tag="", flushes=()):
     }
     with open(os.path.join(out_dir, f"{day}-fusions{result_suffix(tag)}.json"), "w") as f:
         json.dump({"meta": meta, "cases": rows, "host_overhead_us": overhead, "segment_counts": counts,
-                   "flush_study": list(flushes)}, f, indent=1)
+                   "flush_study": list(flushes), "partial": partial}, f, indent=1)
     met, of = targets_met(rows, "pct_copy_bw")
     met_same, _ = targets_met(rows, "pct_same_size_copy")
     lines = [
@@ -425,6 +446,8 @@ def report(out_dir, copy_bw, rows, overhead, counts, tag="", flushes=()):
         f"{met_same} of {of} against a same-size copy.",
         "",
     ]
+    if partial:
+        lines[2:2] = [f"**Partial run**: {partial}; the counts below are of the cases that ran.", ""]
     read = all("pct_copy_bw_read_flush" in r for r in rows)
     if read:
         met_read, _ = targets_met(rows, "pct_copy_bw_read_flush", "vs_compile_read_flush")
@@ -448,11 +471,13 @@ def report(out_dir, copy_bw, rows, overhead, counts, tag="", flushes=()):
         lines += ["", "Flush study: GB/s of a copy, L2 cleared before each call by zeroing 256 MB (do_bench) or by "
                   "reading it:", "", "| MiB copied | zeroing flush | reading flush |", "|---|---|---|"]
         lines += [f"| {f['MiB']} | {f['zero_flush_GBs']:.0f} | {f['read_flush_GBs']:.0f} |" for f in flushes]
-    lines += ["", "Host time per cached call (µs, tiny inputs):", ""]
-    lines += [f"- {k}: {v:.1f}" if isinstance(v, float) else f"- {k}: {v}" for k, v in overhead.items()]
-    lines += ["", "Segments per fusion:", ""]
-    for k, v in counts.items():
-        lines += [f"- {k}: {v}"] if not isinstance(v, list) else [f"- {k}:"] + [f"  - {x}" for x in v]
+    if overhead:
+        lines += ["", "Host time per cached call (µs, tiny inputs):", ""]
+        lines += [f"- {k}: {v:.1f}" if isinstance(v, float) else f"- {k}: {v}" for k, v in overhead.items()]
+    if counts:
+        lines += ["", "Segments per fusion:", ""]
+        for k, v in counts.items():
+            lines += [f"- {k}: {v}"] if not isinstance(v, list) else [f"- {k}:"] + [f"  - {x}" for x in v]
     with open(os.path.join(out_dir, f"{day}-fusions{result_suffix(tag)}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 

@@ -618,6 +618,8 @@ def main(argv=None):
         print(f"section {name}: {time.perf_counter() - t0:.1f} s", flush=True)
         if dev.type == "cuda":
             torch.cuda.empty_cache()
+        # Written after every section, so that a run stopped from outside still leaves the sections it finished.
+        report(args.out, meta, sections, errors, check_targets(sections), args.tag)
     targets = check_targets(sections)
     print(report(args.out, meta, sections, errors, targets, args.tag))
 
