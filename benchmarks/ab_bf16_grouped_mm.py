@@ -34,6 +34,7 @@ import torch
 import triton.testing
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_fusions import result_suffix  # noqa: E402
 from bench_nvfp4 import cuda_graphed  # noqa: E402
 from timing import median_ms_read_flush  # noqa: E402
 
@@ -91,7 +92,7 @@ def main(argv=None) -> None:
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "us_rounds"}), flush=True)
         torch.cuda.empty_cache()
     os.makedirs(args.out, exist_ok=True)
-    name = f"{datetime.date.today().isoformat()}-ab-bf16-grouped-mm{'-' + args.tag if args.tag else ''}.json"
+    name = f"{datetime.date.today().isoformat()}-ab-bf16-grouped-mm{result_suffix(args.tag)}.json"
     with open(os.path.join(args.out, name), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "G": G, "K": K,
                    "rows": rows}, f, indent=1)

@@ -168,6 +168,16 @@ def make_cases(rows, cols, dev, dtype=torch.bfloat16):
 # measurement
 
 
+def parse_shapes(text: str) -> list:
+    """[(rows, cols), ...] from a command line's "16384x4096,1024x65536"."""
+    return [tuple(int(v) for v in s.split("x")) for s in text.split(",")]
+
+
+def case_wanted(name: str, prefixes: list) -> bool:
+    """Whether a command line's case-name prefixes (none: every case) select the case ``name``."""
+    return not prefixes or any(name.startswith(p) for p in prefixes)
+
+
 def result_suffix(tag: str) -> str:
     """A result file's name suffix from a script's --tag: the tag after one dash (``--tag=-x``, the old spelling,
     gives the same as ``--tag x``)."""
@@ -356,7 +366,7 @@ def segment_counts(rows, dev):
     return counts
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--quick", action="store_true", help="small shapes (a smoke run)")
@@ -369,29 +379,29 @@ def main():
     ap.add_argument("--budget-s", type=float, default=0,
                     help="start no case after this many seconds and skip the extras (host overhead, segment "
                          "counts, flush study); the report then says how many cases ran")
-    args = ap.parse_args()
-    dev = torch.device("cuda")
+    ap.add_argument("--device", default="cuda", help="cpu: a smoke run of the script itself (TRITON_INTERPRET=1)")
+    args = ap.parse_args(argv)
+    dev = torch.device(args.device)
     torch.manual_seed(0)
     t0 = time.perf_counter()
     over_budget = lambda: args.budget_s > 0 and time.perf_counter() - t0 > args.budget_s  # noqa: E731
     copy_bw = copy_bandwidth(dev)
-    shapes = [(1024, 512)] if args.quick else SHAPES
-    if args.shapes:
-        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    shapes = parse_shapes(args.shapes) if args.shapes else [(1024, 512)] if args.quick else SHAPES
     wanted = [c for c in args.cases.split(",") if c]
     dtypes = (torch.bfloat16, torch.float32) if args.fp32 else (torch.bfloat16,)
-    planned = len(dtypes) * len(shapes) * sum(not wanted or any(n.startswith(c) for c in wanted) for n in CASE_FDS)
+    planned = len(dtypes) * len(shapes) * sum(case_wanted(n, wanted) for n in CASE_FDS)
     rows = []
     compiled = {}
-    for dtype in dtypes:
-        for r, c in shapes:
-            for name, fd, eager, inputs in make_cases(r, c, dev, dtype):
-                if wanted and not any(name.startswith(w) for w in wanted) or over_budget():
-                    continue
-                rows.append(run_case(name, fd, eager, inputs, copy_bw, compiled, args.read_flush))
-                print(json.dumps(rows[-1]), flush=True)
-                # Written after every case, so that a run stopped from outside still leaves its rows.
-                report(args.out, copy_bw, rows, {}, {}, args.tag, partial=f"{len(rows)} of {planned} cases so far")
+    for dtype, (r, c) in ((d, s) for d in dtypes for s in shapes):
+        if over_budget():
+            break
+        for name, fd, eager, inputs in make_cases(r, c, dev, dtype):
+            if not case_wanted(name, wanted) or over_budget():
+                continue
+            rows.append(run_case(name, fd, eager, inputs, copy_bw, compiled, args.read_flush))
+            print(json.dumps(rows[-1]), flush=True)
+            # Written after every case, so that a run stopped from outside still leaves its rows.
+            report(args.out, copy_bw, rows, {}, {}, args.tag, partial=f"{len(rows)} of {planned} cases so far")
     if over_budget() or wanted or args.shapes:
         ran = f"{len(rows)} of {planned} cases" + (" (the time budget ran out)" if len(rows) < planned else "")
         report(args.out, copy_bw, rows, {}, {}, args.tag, partial=ran + "; the extras were skipped")
@@ -424,7 +434,7 @@ def report(out_dir, copy_bw, rows, overhead, counts, tag="", flushes=(), partial
     day = datetime.date.today().isoformat()
     meta = {
         "date": day,
-        "device": torch.cuda.get_device_name(),
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "torch": torch.__version__,
         "triton": triton.__version__,
         "copy_GBs": copy_bw,

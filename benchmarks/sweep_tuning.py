@@ -87,7 +87,7 @@ def configs_in_rounds(cases: list, shapes: list, dtypes: list, configs: list, ro
         for shape in shapes:
             for dtype in dtypes:
                 for name, _, eager, inputs in bf.make_cases(*shape, dev, _DTYPES[dtype]):
-                    if not any(name.startswith(c) for c in cases):
+                    if not bf.case_wanted(name, cases):
                         continue
                     make_fd = bf.CASE_FDS[name.replace(" [fp32]", "")][0]
                     fd_dtype = bf._IO_DTYPES[_DTYPES[dtype]]
@@ -121,8 +121,8 @@ def main(argv=None):
     if args.configs is None:
         default_grid()
         return
-    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    rows = configs_in_rounds((args.cases or "").split(","), shapes, args.dtypes.split(","),
+    shapes = bf.parse_shapes(args.shapes)
+    rows = configs_in_rounds([c for c in (args.cases or "").split(",") if c], shapes, args.dtypes.split(","),
                              json.loads(args.configs), args.rounds)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
