@@ -34,7 +34,7 @@ import torch
 import triton.testing
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_fusions import result_suffix  # noqa: E402
+from bench_fusions import parse_shapes, result_suffix  # noqa: E402
 from bench_nvfp4 import cuda_graphed  # noqa: E402
 from timing import median_ms_read_flush  # noqa: E402
 
@@ -86,8 +86,7 @@ def main(argv=None) -> None:
     dev = torch.device("cuda")
     torch.manual_seed(0)
     rows = []
-    for spec in args.shapes.split(","):
-        n, tpe = (int(v) for v in spec.split("x"))
+    for n, tpe in parse_shapes(args.shapes):
         rows.append(time_shape(n, tpe, args.rounds, dev))
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "us_rounds"}), flush=True)
         torch.cuda.empty_cache()
