@@ -110,17 +110,7 @@ FLOATING = frozenset(
 INTEGRAL = frozenset({DataType.Int, DataType.Int32, DataType.UInt64, DataType.Index})
 COMPLEX = frozenset({DataType.ComplexFloat, DataType.ComplexDouble})
 # Types that computation never happens in: arithmetic on them is done (and returned) in Float.
-REDUCED_FLOAT = frozenset(
-    {
-        DataType.Half,
-        DataType.BFloat16,
-        DataType.Float8_e4m3fn,
-        DataType.Float8_e5m2,
-        DataType.Float8_e8m0fnu,
-        DataType.Float4_e2m1fn,
-        DataType.Float4_e2m1fn_x2,
-    }
-)
+REDUCED_FLOAT = FLOATING - {DataType.Double, DataType.Float}
 
 
 def is_floating(dt: DataType) -> bool:

@@ -470,6 +470,18 @@ def _attention_operands(op: str, named: Sequence[tuple[str, object]]) -> list[Te
     return tvs
 
 
+def _attention_batch(op: str, lq, lk, lv) -> list[IterDomain]:
+    """The batch/head dims that query, key and value share (merged), after checking that query and key agree in
+    the head dim E and key and value in the sequence length K."""
+    batch = [
+        _merge_equal(op, [lq[i], lk[i], lv[i]], f"dim {i} (batch/head) of query, key and value")
+        for i in range(len(lq) - 2)
+    ]
+    _check_equal(op, [lq[-1], lk[-1]], "the head dims (E) of query and key")
+    _check_equal(op, [lk[-2], lv[-2]], "the sequence lengths (K) of key and value")
+    return batch
+
+
 def _alloc_following(tv: TensorView) -> Optional[list[int]]:
     """An output TV's allocation order copying ``tv``'s (same logical rank), as nvFuser's allocation-order
     inference does for attention outputs. Used when meta inference is disabled."""
@@ -485,12 +497,7 @@ def sdpfa_fwd(query, key, value, bias=None, mask=None, dropout_p=None, is_causal
     op = "sdpfa_fwd"
     q, k, v = _attention_operands(op, [("query", query), ("key", key), ("value", value)])
     lq, lk, lv = q.logical, k.logical, v.logical
-    r = len(lq)
-    batch = [
-        _merge_equal(op, [lq[i], lk[i], lv[i]], f"dim {i} (batch/head) of query, key and value") for i in range(r - 2)
-    ]
-    _check_equal(op, [lq[-1], lk[-1]], "the head dims (E) of query and key")
-    _check_equal(op, [lk[-2], lv[-2]], "the sequence lengths (K) of key and value")
+    batch = _attention_batch(op, lq, lk, lv)
     scores = batch + [_materialized(lq[-2]), _materialized(lk[-2])]
     if bias is not None:
         b = _float_tensor(op, bias, "bias", _ATTENTION_DTYPES)
@@ -586,19 +593,14 @@ def sdpfa_bwd(
         op, [("grad_output", grad_output), ("query", query), ("key", key), ("value", value), ("output", output)]
     )
     lq, lk, lv = q.logical, k.logical, v.logical
-    r = len(lq)
-    batch = [
-        _merge_equal(op, [lq[i], lk[i], lv[i]], f"dim {i} (batch/head) of query, key and value") for i in range(r - 2)
-    ]
-    _check_equal(op, [lq[-1], lk[-1]], "the head dims (E) of query and key")
-    _check_equal(op, [lk[-2], lv[-2]], "the sequence lengths (K) of key and value")
+    batch = _attention_batch(op, lq, lk, lv)
     out_dims = batch + [lq[-2], lv[-1]]
     for name, tv in (("grad_output", do), ("output", o)):
         for i, (d, t) in enumerate(zip(tv.logical, out_dims)):
             _check_equal(op, [d, t], f"dim {i} of '{name}' and of the attention output [N*, H, Q, Ev]")
     lse = _float_tensor(op, logsumexp, "logsumexp", (DataType.Float,))
-    if lse.ndim != r - 1:
-        fail(op, f"argument 'logsumexp' must have rank {r - 1} ([N*, H, Q]), got rank {lse.ndim}")
+    if lse.ndim != len(lq) - 1:
+        fail(op, f"argument 'logsumexp' must have rank {len(lq) - 1} ([N*, H, Q]), got rank {lse.ndim}")
     for i, (d, t) in enumerate(zip(lse.logical, batch + [lq[-2]])):
         _check_equal(op, [d, t], f"dim {i} of 'logsumexp' and of [N*, H, Q]")
     seed = require_tensor(op, philox_seed, "philox_seed")
