@@ -15,7 +15,8 @@ Every implementation is checked against a reference before it is timed. Times ar
 triton.testing.do_bench (CUDA events). Bytes are the fewest an implementation must move (inputs read once,
 outputs written once; for the layout op the whole zero-filled buffer counts as written). Writes
 DIR/<date>-nvfp4[-TAG].md and .json. ``--read-flush`` also times the GEMM rows with L2 cleared by a read
-(benchmarks/timing.py).
+(benchmarks/timing.py). ``--gemm-shapes 14336x16,14336x1`` runs only those GEMM cases (N x tokens per expert), in
+that order.
 
 Targets (issue 11; issue 4's were 2x at decode, 0.5x at prefill, 2x a copy): fused NVFP4 grouped GEMM >= 3x bf16
 _grouped_mm at 1-16 tokens per expert, >= 2x at 64, >= 0.9x at prefill; the layout op and the grouped quantize
@@ -42,6 +43,7 @@ from pyfuser.nvfp4 import reference as ref
 
 from pyfuser.demo import moe_nvfp4  # noqa: E402
 
+from bench_fusions import parse_shapes  # noqa: E402
 from timing import median_ms_read_flush  # noqa: E402
 
 E = 8  # experts in every GEMM / layout case
@@ -297,7 +299,14 @@ def _time_impls(what, label, shape, impls, nbytes, dev, timer, copy_bw, check):
 # (b) grouped GEMM
 
 
-def gemm_cases(quick):
+def gemm_cases(quick, shapes=()):
+    """(phase, tokens per expert, N, K) of each GEMM case, in the order they run. ``shapes``: (N, tokens per
+    expert) pairs from ``--gemm-shapes``, run in the order given (prefill where the tokens are PREFILL_TOKENS / E),
+    at K=256 with ``quick``. The order can matter: at N=14336 with 16 tokens per expert the bf16 row measured 404
+    µs in the full run and 357 µs in a process of its own (docs/performance.md)."""
+    if shapes:
+        k = 256 if quick else K_GEMM
+        return [("prefill" if t == PREFILL_TOKENS // E else "decode", t, n, k) for n, t in shapes]
     if quick:
         return [("decode", 2, 128, 256), ("prefill", 100, 128, 256)]
     cases = [("decode", m, n, K_GEMM) for n in N_GEMM for m in DECODE_TOKENS_PER_EXPERT]
@@ -321,12 +330,12 @@ def dequantize_bf16(packed, scales_linear, alpha):
     return (v * factor[..., None]).reshape(g, n, kh * 2)
 
 
-def bench_gemm(dev, timer, copy_bw, quick):
+def bench_gemm(dev, timer, copy_bw, quick, shapes=()):
     from pyfuser.kernels import nvfp4_grouped_gemm as grouped_gemm, nvfp4_layout as layout_kernels
 
     rows = []
     fd = _gemm_fusion()
-    for phase, m_per, n, k in gemm_cases(quick):
+    for phase, m_per, n, k in gemm_cases(quick, shapes):
         label = f"{phase}: {E}x{m_per} tokens, N={n}, K={k}"
         try:
             w_bf16 = (torch.randn(E, n, k, device=dev) / k**0.5).to(torch.bfloat16)
@@ -589,7 +598,10 @@ def main(argv=None):
     ap.add_argument("--read-flush", action="store_true",
                     help="also time the GEMM rows with L2 cleared by a read (benchmarks/timing.py)")
     ap.add_argument("--tag", default="", help="suffix of the result files' names (<date>-nvfp4-<tag>.md)")
+    ap.add_argument("--gemm-shapes", default="",
+                    help="only these GEMM cases, in this order: N x tokens per expert, e.g. 14336x16,14336x1")
     args = ap.parse_args(argv)
+    gemm_shapes = parse_shapes(args.gemm_shapes) if args.gemm_shapes else ()
     dev = torch.device(args.device)
     torch.manual_seed(0)
     timer = Timer(dev, args.quick, read_flush=args.read_flush)
@@ -604,7 +616,8 @@ def main(argv=None):
     }
     print(json.dumps(meta))
     sections, errors = {}, []
-    for name, fn in (("layout", bench_layout), ("gemm", bench_gemm), ("moe", bench_moe)):
+    gemm = lambda *a: bench_gemm(*a, shapes=gemm_shapes)  # noqa: E731
+    for name, fn in (("layout", bench_layout), ("gemm", gemm), ("moe", bench_moe)):
         if name not in args.sections.split(","):
             continue
         t0 = time.perf_counter()
