@@ -661,8 +661,9 @@ def test_definition_errors(name, fusion_scope):
         fn(*tvs, **kwargs)
 
 
-def _bwd_specs(q=(2, 3, 5, 8), lse=(2, 3, 5), lse_dt=F, dt=F, grad_dt=None):
-    return [(q, grad_dt or dt), (q, dt), (q, dt), (q, dt), (q, dt), (lse, lse_dt), ((2,), DataType.UInt64), ((), DataType.UInt64)]
+def _bwd_specs(q=(2, 3, 5, 8), lse=(2, 3, 5), lse_dt=F, dt=F, grad_dt=None, k=None, v=None):
+    return [(q, grad_dt or dt), (q, dt), (k or q, dt), (v or q, dt), (q, dt), (lse, lse_dt), ((2,), DataType.UInt64),
+            ((), DataType.UInt64)]
 
 
 BWD_ERRORS = {
@@ -671,6 +672,10 @@ BWD_ERRORS = {
     "lse_extent": (_bwd_specs(lse=(2, 3, 6)), FusionDefinitionError, "dim 2 of 'logsumexp'"),
     "grad_dtype": (_bwd_specs(dt=H, grad_dt=B), FusionDtypeError, "same dtype"),
     "rank3": (_bwd_specs(q=(3, 5, 8), lse=(3, 5)), FusionDefinitionError, "rank >= 4"),
+    # The query/key/value dim checks sdpfa_fwd shares (ops/matmul.py, _attention_batch).
+    "head_dim": (_bwd_specs(k=(2, 3, 5, 16)), FusionDefinitionError, "head dims"),
+    "kv_len": (_bwd_specs(k=(2, 3, 7, 8), v=(2, 3, 6, 8)), FusionDefinitionError, "sequence lengths"),
+    "heads": (_bwd_specs(k=(2, 4, 5, 8), v=(2, 4, 5, 8)), FusionDefinitionError, "dim 1"),
 }
 
 

@@ -470,7 +470,8 @@ def _attention_operands(op: str, named: Sequence[tuple[str, object]]) -> list[Te
     return tvs
 
 
-def _attention_batch(op: str, lq, lk, lv) -> list[IterDomain]:
+def _attention_batch(op: str, lq: Sequence[IterDomain], lk: Sequence[IterDomain],
+                     lv: Sequence[IterDomain]) -> list[IterDomain]:
     """The batch/head dims that query, key and value share (merged), after checking that query and key agree in
     the head dim E and key and value in the sequence length K."""
     batch = [
