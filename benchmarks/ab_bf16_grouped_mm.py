@@ -11,6 +11,11 @@ in how the call is timed (eager against captured in a CUDA graph). This script t
 - ``ab operands``: as ``ab_nvfp4_decode`` makes them;
 - ``bench weights, ab tokens``: to split the two;
 - ``zero weights``: the same call on zeros (does the data's magnitude change the time at all?);
+- ``bench_gemm's operands``: made by ``bench_nvfp4.gemm_operands`` itself, with the NVFP4 quantization, the
+  grouped quantize and the fp32 reference that the bench runs before its rows (in the twenty-ninth and thirtieth
+  sessions the bench's bf16 row at N=14336 with 16 tokens took 399-404 µs where the sets above took 357);
+- ``pyfuser fd op``: the NVFP4 GEMM on those operands, last in each round, so that round 1 shows whether the
+  bf16 calls timed after it are slower than those before it;
 
 each eager and captured in a CUDA graph, with do_bench's zeroing flush and with L2 cleared by a read
 (benchmarks/timing.py). Run on the GPU machine:
@@ -35,7 +40,7 @@ import triton.testing
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_fusions import parse_shapes, result_suffix  # noqa: E402
-from bench_nvfp4 import cuda_graphed  # noqa: E402
+from bench_nvfp4 import _gemm_fusion, cuda_graphed, gemm_operands  # noqa: E402
 from timing import median_ms_read_flush  # noqa: E402
 
 G, K = 8, 4096
@@ -50,17 +55,21 @@ def operand_sets(n: int, tokens_per_expert: int, dev: torch.device) -> dict:
     w_ab = torch.randn(G, n, K, device=dev, dtype=torch.bfloat16)
     x_ab = torch.randn(m, K, device=dev, dtype=torch.bfloat16)
     w_zero = torch.zeros(G, n, K, device=dev, dtype=torch.bfloat16)
+    gemm = gemm_operands(dev, tokens_per_expert, n, K)
+    fd = _gemm_fusion()
     return {
         "bench operands": lambda: torch._grouped_mm(x_bench, w_bench.transpose(-1, -2), offs=offs),
         "ab operands": lambda: torch._grouped_mm(x_ab, w_ab.transpose(-2, -1), offs=offs),
         "bench weights, ab tokens": lambda: torch._grouped_mm(x_ab, w_bench.transpose(-1, -2), offs=offs),
         "zero weights": lambda: torch._grouped_mm(x_ab, w_zero.transpose(-1, -2), offs=offs),
+        "bench_gemm's operands": lambda: torch._grouped_mm(gemm.x, gemm.w_bf16.transpose(-1, -2), offs=gemm.ends),
+        "pyfuser fd op": lambda: fd.execute(list(gemm.args))[0],
     }
 
 
 def time_shape(n: int, tokens_per_expert: int, rounds: int, dev: torch.device) -> dict:
     fns = operand_sets(n, tokens_per_expert, dev)
-    fns.update({f"{name}, CUDA graph": cuda_graphed(fn) for name, fn in list(fns.items())})
+    fns.update({f"{name}, CUDA graph": cuda_graphed(fn) for name, fn in list(fns.items()) if "pyfuser" not in name})
     timers = {
         "zeroing flush": lambda fn: triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"),
         "read flush": lambda fn: median_ms_read_flush(fn, n=100),

@@ -33,6 +33,7 @@ import statistics
 import sys
 import time
 import traceback
+from types import SimpleNamespace
 
 import torch
 import triton
@@ -330,26 +331,38 @@ def dequantize_bf16(packed, scales_linear, alpha):
     return (v * factor[..., None]).reshape(g, n, kh * 2)
 
 
+def gemm_operands(dev, m_per: int, n: int, k: int) -> SimpleNamespace:
+    """One GEMM case's operands, made as the bench makes them: bf16 weights ``w_bf16`` [E, n, k] (fp32 ``randn /
+    sqrt(k)`` cast), their NVFP4 quantization ``w``, ``m_per`` tokens ``x`` per expert, the bf16 call's group ends
+    ``ends``, the NVFP4 op's arguments ``args`` (tokens quantized by the grouped quantize) and its fp32 reference
+    ``expect``. ``ab_bf16_grouped_mm.py`` times the bf16 call on these too."""
+    from pyfuser.kernels import nvfp4_layout as layout_kernels
+
+    w_bf16 = (torch.randn(E, n, k, device=dev) / k**0.5).to(torch.bfloat16)
+    w = moe_nvfp4.quantize_experts(w_bf16)
+    counts = equal_counts(m_per, E)
+    m = int(counts.sum())
+    starts, sf_starts = (t.to(dev) for t in offsets_for(counts))
+    ends = torch.cumsum(counts, 0).to(torch.int32).to(dev)
+    ps = torch.tensor([[m_per, n, k]] * E, dtype=torch.int32, device=dev)
+    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    a, a_sf = layout_kernels.grouped_block_quantize(x, starts, sf_starts)
+    args = (a, w.packed.transpose(-1, -2), a_sf, w.scales, w.alpha, ps, starts, sf_starts)
+    expect = ref.nvfp4_grouped_mm(*args, torch.bfloat16)
+    return SimpleNamespace(w_bf16=w_bf16, w=w, m=m, ends=ends, x=x, args=args, expect=expect)
+
+
 def bench_gemm(dev, timer, copy_bw, quick, shapes=()):
-    from pyfuser.kernels import nvfp4_grouped_gemm as grouped_gemm, nvfp4_layout as layout_kernels
+    from pyfuser.kernels import nvfp4_grouped_gemm as grouped_gemm
 
     rows = []
     fd = _gemm_fusion()
     for phase, m_per, n, k in gemm_cases(quick, shapes):
         label = f"{phase}: {E}x{m_per} tokens, N={n}, K={k}"
         try:
-            w_bf16 = (torch.randn(E, n, k, device=dev) / k**0.5).to(torch.bfloat16)
-            w = moe_nvfp4.quantize_experts(w_bf16)
-            counts = equal_counts(m_per, E)
-            m = int(counts.sum())
-            starts, sf_starts = (t.to(dev) for t in offsets_for(counts))
-            ends = torch.cumsum(counts, 0).to(torch.int32).to(dev)
-            ps = torch.tensor([[m_per, n, k]] * E, dtype=torch.int32, device=dev)
-            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            a, a_sf = layout_kernels.grouped_block_quantize(x, starts, sf_starts)
-            w_t = w.packed.transpose(-1, -2)
-            args = (a, w_t, a_sf, w.scales, w.alpha, ps, starts, sf_starts)
-            expect = ref.nvfp4_grouped_mm(*args, torch.bfloat16)
+            ops = gemm_operands(dev, m_per, n, k)
+            w_bf16, w, m, ends, x, args, expect = ops.w_bf16, ops.w, ops.m, ops.ends, ops.x, ops.args, ops.expect
+            a = args[0]
         except Exception as e:
             rows.append({"case": label, "error": _err(e)})
             print(json.dumps(rows[-1]))
