@@ -321,6 +321,57 @@ def test_fusion_inputs_outputs_vals_and_print_math():
     )
 
 
+def test_tensor_domain_prints_as_print_math_numbers_it():
+    """nvFuser's ``tv.domain()``: during the definition, after execution, with reduction, broadcast and symbolic
+    dims; the numbers are those of the fusion's ``print_math`` at the time of printing."""
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[2, 4, 8])
+        assert str(t0.domain()) == "[iS0{2}, iS1{4}, iS2{8}]"
+        t1 = fd.define_tensor(shape=[2, 4, 8])
+        t2 = fd.ops.add(t0, t1)
+        s = fd.ops.sum(t2, [1])
+        b = fd.ops.broadcast(s, [False, True, False])
+        fd.add_output(t2)
+        fd.add_output(b)
+        sym = fd.define_tensor(shape=[-1, 1], contiguity=[True, None])
+    fd.execute([make((2, 4, 8)), make((2, 4, 8)), make((3, 1))])
+    assert str(t0.domain()) == "[iS0{2}, iS1{4}, iS2{8}]"
+    assert str(t1.domain()) == "[iS3{2}, iS4{4}, iS5{8}]"
+    assert str(t2.domain()) == repr(t2.domain()) == "[iS8{2}, iS9{4}, iS10{8}]"  # (inputs are numbered first)
+    assert str(s.domain()) == "[iS11{2}, rS12{4}, iS13{8}]"
+    assert str(b.domain()) == "[iS14{2}, bS15{1}, iS16{8}]"
+    assert str(sym.domain()) == "[iS6{i6}, bS7{1}]"
+    math = fd.fusion.print_math()
+    for tv in (t0, t1, t2, s, b, sym):
+        assert str(tv.domain()) in math
+
+
+def test_val_and_expr_queries():
+    """nvFuser's ``definition()``, ``uses()``, ``is_symbolic()`` on every kind of value, and ``Expr.input(i)`` /
+    ``output(i)`` (an index out of range is an IndexError naming the expression)."""
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[2, 4])
+        c = fd.define_scalar(2.0)
+        s = fd.define_scalar(dtype=DataType.Double)
+        t1 = fd.ops.mul(t0, c)
+        t2 = fd.ops.add(t1, s)
+        t3 = fd.ops.sub(t2, t0)
+        fd.add_output(t3)
+        v_const, v_sym = fd.define_vector([2, 4]), fd.define_vector(2)
+    assert t0.definition() is None and c.definition() is None
+    mul, add, sub = t1.definition(), t2.definition(), t3.definition()
+    assert (mul.input(0), mul.input(1), mul.output(0)) == (t0, c, t1)
+    assert (sub.input(-1), sub.output(-1)) == (t0, t3)
+    assert t0.uses() == [mul, sub] and t1.uses() == [add] and s.uses() == [add] and t3.uses() == []
+    assert t0.is_symbolic() and t3.is_symbolic() and s.is_symbolic() and not c.is_symbolic()
+    assert v_sym.is_symbolic() and not v_const.is_symbolic()
+    for bad in (2, -3, "0"):
+        with pytest.raises(IndexError, match=r"Expr.input\(.*T\d+ = add\(T\d+, S\d+\) has 2 inputs"):
+            add.input(bad)
+    with pytest.raises(IndexError, match="has 1 outputs"):
+        add.output(1)
+
+
 def test_print_kernel_shows_generated_triton_source():
     x = make((4, 8))
     fd = defined(lambda fd: fd.add_output(fd.ops.mul(fd.ops.exp(fd.from_pytorch(x)), 2.0)))

@@ -243,7 +243,7 @@ def _computed_from_reduction_result(v) -> bool:
     seen, stack = set(), [v]
     while stack:
         x = stack.pop()
-        e = getattr(x, "definition", None)
+        e = getattr(x, "defined_by", None)
         if e is None or id(e) in seen:
             continue
         seen.add(id(e))

@@ -265,7 +265,7 @@ def test_meta_override_is_used_on_meta_tensors(case: Case):
     from pyfuser.runtime.meta_inference import to_meta
 
     fd, outs, real = _run_case(case, "row_major")
-    expr = outs[0].definition
+    expr = outs[0].defined_by
     inputs, _ = case.setup(_maker_for("row_major"))
     env = bind_inputs(fd.fusion, [to_meta(t) for t in inputs])
     result = expr.op.run(expr, resolve(expr.args, env), resolve(expr.kwargs, env))

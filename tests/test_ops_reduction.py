@@ -296,10 +296,10 @@ def test_reduction_output_domain():
         t = fd.define_tensor(shape=[-1, 1, 7], contiguity=[True, None, True], dtype=DataType.Float)
         s = fd.ops.sum(t, [0, 2])
         k = fd.ops.sum(t, [0, 2], keepdim=True)
-    assert [d.iter_type.value for d in s.domain] == ["Reduction", "Broadcast", "Reduction"]
-    assert s.domain[2].extent == 7 and s.ndim == 1
-    assert [d.iter_type.value for d in k.domain] == ["Broadcast", "Broadcast", "Broadcast"]
-    assert not any(d.expanded for d in k.domain) and k.ndim == 3
+    assert [d.iter_type.value for d in s.logical_domain] == ["Reduction", "Broadcast", "Reduction"]
+    assert s.logical_domain[2].extent == 7 and s.ndim == 1
+    assert [d.iter_type.value for d in k.logical_domain] == ["Broadcast", "Broadcast", "Broadcast"]
+    assert not any(d.expanded for d in k.logical_domain) and k.ndim == 3
 
 
 def test_chained_reductions():

@@ -91,7 +91,7 @@ def test_broadcast(layout, dtype):
 def test_broadcast_domain_and_repr():
     fd = define(lambda fd: fd.add_output(fd.ops.broadcast(fd.define_tensor([-1, 3]), [False, True, False])))
     out = fd.fusion.outputs[0]
-    assert [d.is_broadcast for d in out.domain] == [False, True, False]
+    assert [d.is_broadcast for d in out.logical_domain] == [False, True, False]
     assert out.static_shape() == [None, 1, 3]
     assert "fd.ops.broadcast(tv0, is_broadcast_dim=[False, True, False])" in repr(fd)
 
@@ -132,7 +132,7 @@ def test_broadcast_in_dim_domain():
         fd.add_output(fd.ops.broadcast_in_dim(t0, shape=[7, 5, n, 3, 1], broadcast_dims=[1, 2, 3]))
 
     fd = define(fn)
-    dom = fd.fusion.outputs[0].domain
+    dom = fd.fusion.outputs[0].logical_domain
     # new dim to 7: expanded; input dim 0 (symbolic) promoted to 5; size-1 input dim to symbolic n: expanded
     # with unknown extent; 3 kept; new dim to 1: plain broadcast.
     assert [(d.extent, d.is_broadcast, d.expanded) for d in dom] == [
@@ -220,7 +220,7 @@ def test_expand_symbolic():
         fd.add_output(fd.ops.expand(t0, shape=[n, -1]))
 
     fd = define(fn)
-    assert fd.fusion.outputs[0].domain[0].expanded and fd.fusion.outputs[0].domain[0].extent is None
+    assert fd.fusion.outputs[0].logical_domain[0].expanded and fd.fusion.outputs[0].logical_domain[0].extent is None
     out = fd.execute([x, 7])[0]
     assert out.shape == (7, 5) and out.stride() == (0, 1)
     check_view(fn, [x, 7], lambda x, n: x.expand(n, -1))
@@ -259,7 +259,7 @@ def test_reshape_static_domain():
     fd = define(lambda fd: fd.add_output(fd.ops.reshape(fd.define_tensor([4, 6]), new_shape=[2, 1, -1])))
     out = fd.fusion.outputs[0]
     assert out.static_shape() == [2, 1, 12]
-    assert [d.is_broadcast for d in out.domain] == [False, True, False]
+    assert [d.is_broadcast for d in out.logical_domain] == [False, True, False]
 
 
 def test_reshape_symbolic_vector():
@@ -453,7 +453,7 @@ def test_slice_of_expanded_dim_keeps_stride_zero():
         fd.add_output(fd.ops.slice(fd.from_pytorch(x), [1, 0], [4, 5]))
 
     fd = define(fn)
-    assert fd.fusion.outputs[0].domain[0].expanded
+    assert fd.fusion.outputs[0].logical_domain[0].expanded
     outs = check_view(fn, [x], lambda x: x[1:4])
     assert outs[0].stride()[0] == 0
 
@@ -532,7 +532,7 @@ def test_pad_static_extents_and_expanded_input():
     fd = define(fn)
     out_tv = fd.fusion.outputs[0]
     assert out_tv.static_shape() == [4, 4]
-    assert not out_tv.domain[0].is_broadcast  # written out in full, like F.pad does
+    assert not out_tv.logical_domain[0].is_broadcast  # written out in full, like F.pad does
     outs = check_fusion(fn, [x], lambda x: F.pad(x, [1, -2]))
     assert outs[0].stride() == (4, 1)
 

@@ -109,7 +109,7 @@ def _extents(tv, metas, depth: int = 8):
     when unknown."""
     if id(tv) in metas:
         return [int(n) for n in metas[id(tv)].sizes]
-    e = tv.definition
+    e = tv.defined_by
     if e is None or depth == 0:
         return None
     if e.op.name in _SAME_SHAPE_OPS:

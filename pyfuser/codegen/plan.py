@@ -471,7 +471,7 @@ def folded_constant(s: Scalar) -> Any:
     Double arithmetic, where passing it by value would round it to fp32 (Triton types Python floats as fp32)."""
     if s.is_constant:
         return s.value
-    e = s.definition
+    e = s.defined_by
     if e is None or not all(isinstance(o, Scalar) for o in e.outputs):
         return None
     missing = object()

@@ -161,7 +161,7 @@ def _on_meta(tv: TensorView, metas: dict, memo: dict) -> torch.Tensor:
         m = metas[id(tv)]
         memo[id(tv)] = torch.empty_strided(tuple(m.sizes), tuple(m.strides), dtype=m.dtype, device="meta")
         return memo[id(tv)]
-    e = tv.definition
+    e = tv.defined_by
     why = f"fd.ops.scatter: the extents of {tv.name} are unknown when planning"
 
     def value(a):

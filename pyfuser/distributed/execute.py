@@ -152,7 +152,7 @@ class _StageBuilder:
         got = self.vals.get(id(v))
         if got is not None:
             return got
-        d = v.definition
+        d = v.defined_by
         if d is None:
             if v.is_constant:
                 new = self.fd.define_scalar(v.value, dtype=v.dtype)

@@ -32,7 +32,7 @@ class LoopAxis:
 
     @property
     def extent(self) -> Optional[int]:
-        n = self.tv.domain[self.dim].extent
+        n = self.tv.logical_domain[self.dim].extent
         if self.part == "whole":
             return n
         factor_here = (self.part == "outer") == self.outer_factor
@@ -53,7 +53,7 @@ class LoopAxis:
             raise UnsupportedOpError(
                 f"{where}: pyfuser has no manual scheduling (it schedules every kernel itself); only mesh_x, a "
                 f"device axis, can be parallelized")
-        if self.tv.domain[self.dim].is_reduction:
+        if self.tv.logical_domain[self.dim].is_reduction:
             raise UnsupportedOpError(f"{where}: a reduction axis cannot be a device axis in pyfuser "
                                      f"(partial results are always reduced across the mesh)")
         if self.part == "inner" or (self.part == "outer" and not self.outer_factor):
@@ -78,14 +78,14 @@ class TensorSharding:
     def __init__(self, tv: TensorView):
         self.tv = tv
         self.mesh: Optional[DeviceMesh] = None
-        self.loop: list[LoopAxis] = [LoopAxis(tv, d) for d in range(len(tv.domain))]
+        self.loop: list[LoopAxis] = [LoopAxis(tv, d) for d in range(len(tv.logical_domain))]
         self.allocation_is_loop = False
 
     def device_dim(self) -> Optional[int]:
         """The logical (non-reduction) dim cut over the mesh, or None."""
         for ax in self.loop:
             if ax.parallel_type is ParallelType.mesh_x:
-                return sum(1 for d in range(ax.dim) if not self.tv.domain[d].is_reduction)
+                return sum(1 for d in range(ax.dim) if not self.tv.logical_domain[d].is_reduction)
         return None
 
 

@@ -3,6 +3,9 @@
 Tensors print as ``T<n>_g_<ctype>[<dims>]`` where each dim is ``<kind>S<id>{<extent>}`` (kind ``i`` iteration,
 ``b`` broadcast, ``r`` reduction; a symbolic extent prints as ``i<id>``). Binary arithmetic prints infix, other
 ops as calls with their attributes. Names are numbered per fusion, in creation order.
+
+``tv.domain()`` (nvFuser's ``TensorView.domain``) is a :class:`TensorDomain`, which prints the tensor's dims as
+``print_math`` numbers them: ``[iS0{2}, iS1{4}, iS2{8}]``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 class _Names:
     def __init__(self):
         self.tensors: dict[int, str] = {}
+        self.dims: dict[int, str] = {}  # id(tv) -> its dims' text, "[iS0{2}, ...]"
         self.scalars: dict[int, str] = {}
         self.dim_id = 0
 
@@ -23,13 +27,14 @@ class _Names:
         text = self.tensors.get(id(tv))
         if text is None:
             dims = []
-            for d in tv.domain:
+            for d in tv.logical_domain:
                 kind = "r" if d.is_reduction else ("b" if d.is_broadcast else "i")
                 extent = f"i{self.dim_id}" if d.extent is None else str(d.extent)
                 dims.append(f"{kind}S{self.dim_id}{{{extent}}}")
                 self.dim_id += 1
             mem = "g" if tv.fusion is not None else "l"
-            text = f"T{len(self.tensors)}_{mem}_{c_type_name(tv.dtype)}[{', '.join(dims)}]"
+            self.dims[id(tv)] = "[" + ", ".join(dims) + "]"
+            text = f"T{len(self.tensors)}_{mem}_{c_type_name(tv.dtype)}{self.dims[id(tv)]}"
             self.tensors[id(tv)] = text
         return text
 
@@ -56,8 +61,25 @@ class _Names:
         return repr(v)
 
 
-def math_text(fusion) -> str:
-    names = _Names()
+class TensorDomain:
+    """What nvFuser's ``tv.domain()`` returns, for printing: the tensor's logical dims, reductions included,
+    numbered as ``print_math`` numbers them in the tensor's fusion at the time of printing."""
+
+    def __init__(self, tv: TensorView):
+        self.tv = tv
+
+    def __str__(self) -> str:
+        names = _Names()
+        if self.tv.fusion is not None:
+            math_text(self.tv.fusion, names)
+        names.tensor(self.tv)  # (a tensor no statement of its fusion names takes the next numbers)
+        return names.dims[id(self.tv)]
+
+    __repr__ = __str__
+
+
+def math_text(fusion, names: "_Names | None" = None) -> str:
+    names = _Names() if names is None else names
     for v in fusion.inputs:  # inputs get the first numbers, as in nvFuser
         names.val(v)
     lines = ["Inputs:"] + [f"  {names.val(v)}" for v in fusion.inputs]

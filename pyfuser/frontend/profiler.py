@@ -82,7 +82,7 @@ def _boundary_bytes(runtime, vals) -> int:
 
     total = 0
     for v in vals:
-        layout = runtime.layouts.get(id(v)) if hasattr(v, "domain") else None
+        layout = runtime.layouts.get(id(v)) if hasattr(v, "logical_domain") else None
         if layout is None:
             continue
         n = 1

@@ -109,7 +109,7 @@ def reduction_sizes(fusion, env) -> list[int]:
             size = int(x.shape[e.kwargs.get("dim", 0)])
         else:
             for o in e.outputs:
-                red = [d for d in getattr(o, "domain", ()) if d.is_reduction]
+                red = [d for d in getattr(o, "logical_domain", ()) if d.is_reduction]
                 if red and tensors:
                     n = 1
                     for d in red:
@@ -124,7 +124,7 @@ def reduction_sizes(fusion, env) -> list[int]:
         key = id(v)
         if key not in memo:
             memo[key] = 1  # (a DAG: no cycles, but guard re-entry)
-            e = getattr(v, "definition", None)
+            e = getattr(v, "defined_by", None)
             if e is not None:
                 operands = [chain(a) for a in e.inputs if isinstance(a, TensorView)]
                 memo[key] = own.get(id(e), 1) * max(operands, default=1)

@@ -64,17 +64,18 @@ class IterDomain:
 
 
 class Val:
-    """Base of everything an op consumes or produces. ``definition`` is the Expr that produced it, if any."""
+    """Base of everything an op consumes or produces. ``defined_by`` is the Expr that produced it, if any
+    (nvFuser's ``definition()``, attached by the frontend with its other Val methods)."""
 
     fusion: "Fusion"
     dtype: DataType
-    definition: Optional["Expr"]
+    defined_by: Optional["Expr"]
     name: str
 
     def __init__(self, fusion: "Fusion", dtype: DataType, prefix: str):
         self.fusion = fusion
         self.dtype = dtype
-        self.definition = None
+        self.defined_by = None
         self.name = fusion._new_name(prefix)
 
     def __repr__(self) -> str:
@@ -121,10 +122,11 @@ class Vector(Val):
 class TensorView(Val):
     """A tensor.
 
-    ``domain``: logical IterDomains, reductions included (they keep their place; a reduction output's rank is
-    the number of non-reduction dims). ``alloc_order``: logical positions from outermost to innermost
-    allocation, or None for row-major. ``contiguity``: one entry per allocation position (True / False /
-    None for broadcast and reduction dims), nvFuser's convention.
+    ``logical_domain``: logical IterDomains, reductions included (they keep their place; a reduction output's
+    rank is the number of non-reduction dims; nvFuser's ``tv.domain()``, attached by the frontend, prints them).
+    ``alloc_order``: logical positions from outermost to innermost allocation, or None for row-major.
+    ``contiguity``: one entry per allocation position (True / False / None for broadcast and reduction dims),
+    nvFuser's convention.
     """
 
     def __init__(
@@ -138,12 +140,12 @@ class TensorView(Val):
         is_cpu: bool = False,
     ):
         super().__init__(fusion, dtype, "T")
-        self.domain = tuple(domain)
-        if alloc_order is not None and list(alloc_order) == list(range(len(self.domain))):
+        self.logical_domain = tuple(domain)
+        if alloc_order is not None and list(alloc_order) == list(range(len(self.logical_domain))):
             alloc_order = None
         self.alloc_order = None if alloc_order is None else tuple(alloc_order)
         if contiguity is None:
-            contiguity = default_contiguity(self.domain, self.alloc_order)
+            contiguity = default_contiguity(self.logical_domain, self.alloc_order)
         self.contiguity = tuple(contiguity)
         self.is_cpu = is_cpu
 
@@ -151,7 +153,7 @@ class TensorView(Val):
     @property
     def logical(self) -> tuple[IterDomain, ...]:
         """Logical dims without reductions: what a torch tensor holding this value has."""
-        return tuple(d for d in self.domain if not d.is_reduction)
+        return tuple(d for d in self.logical_domain if not d.is_reduction)
 
     @property
     def ndim(self) -> int:
@@ -162,10 +164,10 @@ class TensorView(Val):
 
     def stride_order(self) -> list[int]:
         """nvFuser's stride_order over non-reduction logical dims (0 = fastest)."""
-        order = self.alloc_order or tuple(range(len(self.domain)))
-        kept = [p for p in order if not self.domain[p].is_reduction]
+        order = self.alloc_order or tuple(range(len(self.logical_domain)))
+        kept = [p for p in order if not self.logical_domain[p].is_reduction]
         logical_pos = {
-            p: i for i, p in enumerate(p for p in range(len(self.domain)) if not self.domain[p].is_reduction)
+            p: i for i, p in enumerate(p for p, d in enumerate(self.logical_domain) if not d.is_reduction)
         }
         n = len(kept)
         result = [0] * n
@@ -203,7 +205,7 @@ class Expr:
         self.inputs = tuple(collect_vals((self.args, self.kwargs)))
         self.info = info or {}
         for out in self.outputs:
-            out.definition = self
+            out.defined_by = self
 
     def __repr__(self) -> str:
         outs = ", ".join(o.name for o in self.outputs)

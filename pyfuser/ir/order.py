@@ -21,17 +21,17 @@ def print_order(fusion: Fusion) -> list:
     output that feeds another one is reached from it. A declared vector holding computed scalars is printed
     where the walk first needs it, after them."""
     late = {id(s) for s in fusion.statements
-            if isinstance(s, Vector) and s.definition is None and any(e.definition is not None for e in s.elements)}
+            if isinstance(s, Vector) and s.defined_by is None and any(e.defined_by is not None for e in s.elements)}
     declared = [s for s in fusion.statements if not isinstance(s, Expr) and id(s) not in late]
 
     def deps(stmt) -> list:
         vals = stmt.inputs if isinstance(stmt, Expr) else stmt.elements
-        return [v if id(v) in late else v.definition for v in vals
-                if v.definition is not None or id(v) in late]
+        return [v if id(v) in late else v.defined_by for v in vals
+                if v.defined_by is not None or id(v) in late]
 
     outputs = [v for v, _ in fusion.output_log]
     feeds_output = _values_feeding(outputs)
-    roots = [v.definition for v in dict.fromkeys(outputs) if id(v) not in feeds_output and v.definition is not None]
+    roots = [v.defined_by for v in dict.fromkeys(outputs) if id(v) not in feeds_output and v.defined_by is not None]
     ordered: list = []
     done: set = set()
     for root in roots:
@@ -53,14 +53,14 @@ def print_order(fusion: Fusion) -> list:
 def _values_feeding(outputs) -> set:
     """ids of the values some output is computed from (the outputs themselves excluded unless they feed one)."""
     seen: set = set()
-    stack = [v for out in outputs if out.definition is not None for v in out.definition.inputs]
+    stack = [v for out in outputs if out.defined_by is not None for v in out.defined_by.inputs]
     while stack:
         v = stack.pop()
         if id(v) in seen:
             continue
         seen.add(id(v))
-        if v.definition is not None:
-            stack.extend(v.definition.inputs)
+        if v.defined_by is not None:
+            stack.extend(v.defined_by.inputs)
         if isinstance(v, Vector):
             stack.extend(v.elements)
     return seen

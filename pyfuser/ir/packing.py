@@ -22,8 +22,8 @@ def packed_dim(tv) -> int:
     """The logical dim (reductions excluded) that is packed: the innermost allocation dim."""
     if tv.alloc_order is None:
         return tv.ndim - 1
-    kept = [p for p in tv.alloc_order if not tv.domain[p].is_reduction]
-    logical_pos = [p for p in range(len(tv.domain)) if not tv.domain[p].is_reduction]
+    kept = [p for p in tv.alloc_order if not tv.logical_domain[p].is_reduction]
+    logical_pos = [p for p in range(len(tv.logical_domain)) if not tv.logical_domain[p].is_reduction]
     return logical_pos.index(kept[-1])
 
 

@@ -261,7 +261,7 @@ def _squeeze_then_reduce(name: str, tv: TensorView, dims: list[int], squeezed: l
         if not rest:
             # This product is the reduction's result: contiguous, as eager's reduction allocates it, not laid
             # out like the (possibly permuted) squeezed input (ops/elementwise.py honours the flag).
-            out.definition.info["reduction_result"] = True
+            out.defined_by.info["reduction_result"] = True
     if keep:
         out = get("broadcast").builder(out, [d in squeezed for d in range(tv.ndim)])
     return OpResult([], user_result=out)

@@ -172,7 +172,7 @@ def _check_special_operands(opdef: OpDef, args: tuple, kwargs: dict) -> None:
 def swizzled_scales_producer(tv) -> Optional[str]:
     """The op name if ``tv`` holds block scales in the swizzled grouped layout (its producer's node marks the
     output with ``info["swizzled_output"]``), else None."""
-    d = tv.definition
+    d = tv.defined_by
     if d is None or d.info.get("swizzled_output") is None:
         return None
     return d.op.name if d.outputs[d.info["swizzled_output"]] is tv else None

@@ -44,7 +44,7 @@ class IndexRange:
 def index_range(tv: TensorView) -> Optional[IndexRange]:
     """The index range of ``tv``'s values, or None when the IR does not prove one."""
     while isinstance(tv, TensorView) and tv.dtype in _INDEX_DTYPES:
-        e = tv.definition
+        e = tv.defined_by
         if e is None:
             return None
         name = e.op.name

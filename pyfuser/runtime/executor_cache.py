@@ -66,7 +66,7 @@ def _refuse_computed_cpu_outputs(fusion: Fusion) -> None:
         if id(out) in on_host and id(out) not in inputs:
             raise FusionExecutionError(
                 f"KernelExecutor does not support the Fusion provided: output {out.name} (fd.ops."
-                f"{out.definition.op.name}) is computed only from CPU scalar tensors, and a device run returns no "
+                f"{out.defined_by.op.name}) is computed only from CPU scalar tensors, and a device run returns no "
                 f"computed CPU tensor (nvFuser refuses it too); combine it with a device tensor or compute it "
                 f"outside the fusion")
 

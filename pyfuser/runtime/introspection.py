@@ -58,8 +58,8 @@ def reports(runtime) -> list[SegmentReport]:
                 kernel_name=None if triton is None else triton.name,
                 kernel_source=None if triton is None else triton.source,
                 ops=[e.op.name for e in seg.exprs],
-                inputs={v.name: runtime.layouts.get(id(v)) for v in seg.inputs if hasattr(v, "domain")},
-                outputs={v.name: runtime.layouts.get(id(v)) for v in seg.outputs if hasattr(v, "domain")},
+                inputs={v.name: runtime.layouts.get(id(v)) for v in seg.inputs if hasattr(v, "logical_domain")},
+                outputs={v.name: runtime.layouts.get(id(v)) for v in seg.outputs if hasattr(v, "logical_domain")},
                 steps=steps,
             )
         )

@@ -39,7 +39,7 @@ class TensorLayout:
 def layout_from_strides(tv: TensorView, sizes, strides) -> TensorLayout:
     """The layout a kernel must assume for ``tv`` when its tensor has these sizes and strides."""
     sizes, strides = tuple(int(s) for s in sizes), tuple(int(s) for s in strides)
-    full = tv.domain
+    full = tv.logical_domain
     logical_pos = [i for i, d in enumerate(full) if not d.is_reduction]
     if len(logical_pos) != len(sizes):
         raise ValueError(f"{tv.name} has {len(logical_pos)} logical dims but the tensor has rank {len(sizes)}")
@@ -73,7 +73,7 @@ def layout_of(tv: TensorView, t: torch.Tensor) -> TensorLayout:
 def contiguous_strides(tv: TensorView, sizes) -> tuple[int, ...]:
     """The old assumption for segment outputs: contiguous in the TV's allocation order, stride 0 for expanded
     broadcast dims."""
-    full = tv.domain
+    full = tv.logical_domain
     logical_pos = [i for i, d in enumerate(full) if not d.is_reduction]
     tensor_dim = {p: t for t, p in enumerate(logical_pos)}
     order = tv.alloc_order or tuple(range(len(full)))

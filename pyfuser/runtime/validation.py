@@ -164,12 +164,12 @@ class InputBinder:
 
     @staticmethod
     def _check_strides(name: str, tv: TensorView, sizes, strides) -> None:
-        order = tv.alloc_order or tuple(range(len(tv.domain)))
+        order = tv.alloc_order or tuple(range(len(tv.logical_domain)))
         expected = 1
         inner_dim = None  # the next inner non-broadcast dim of size > 1, for the stride-order check
         for pos in range(len(order) - 1, -1, -1):
             d = order[pos]
-            dom = tv.domain[d]
+            dom = tv.logical_domain[d]
             if dom.is_broadcast or dom.is_reduction:
                 continue
             n, st = sizes[d], strides[d]

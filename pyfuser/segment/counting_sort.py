@@ -84,7 +84,7 @@ def _is_inverse(e: Expr, perm: TensorView) -> bool:
 
 
 def _defined_by(v, name: str) -> Optional[Expr]:
-    e = v.definition if isinstance(v, TensorView) else None
+    e = v.defined_by if isinstance(v, TensorView) else None
     return e if e is not None and e.op.name == name else None
 
 
@@ -220,7 +220,7 @@ def _ready(e: Expr, available: set, piece: list[Expr]) -> bool:
     for v in e.inputs:
         if isinstance(v, Vector) or (isinstance(v, Scalar) and v.is_constant):
             continue
-        if id(v) in made or id(v) in available or v.definition is None:
+        if id(v) in made or id(v) in available or v.defined_by is None:
             continue
         return False
     return True
