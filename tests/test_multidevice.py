@@ -461,13 +461,14 @@ def test_loop_domain_split_and_parallelize():
         fd.add_output(r)
         t.set_device_mesh(mesh)
         t.split(0, 2, inner_split=False)
-        assert [a.extent for a in t.get_loop_domain()] == [2, 4, None]
+        assert [a.extent() for a in t.get_loop_domain()] == [2, 4, None]
+        assert [a.is_reduction() for a in r.get_loop_domain()] == [False, True]
         t.axis(0).parallelize(MESH_X)
         assert repr(t.get_loop_domain()) == "[iDIDx{2}, iS{4}, iS{?}]"
         t.set_allocation_domain(t.get_loop_domain(), new_contiguity=True)
         t2 = fd.define_tensor([6], contiguity=True, dtype=DataType.Float)
         t2.split(0, 3)  # inner split: [2, 3]
-        assert [a.extent for a in t2.get_loop_domain()] == [2, 3]
+        assert [a.extent() for a in t2.get_loop_domain()] == [2, 3]
         assert len(r.get_loop_domain()) == 2  # reduction axes count, as in nvFuser
     assert pyfuser.distributed.plan.declared(t) == (True, 0)
     assert pyfuser.multidevice.DeviceMesh(torch.tensor([0, 1])).shape == (2,)

@@ -30,8 +30,8 @@ class LoopAxis:
         self.outer_factor = outer_factor  # the split's factor is the outer part's extent (inner_split=False)
         self.parallel_type = ParallelType.serial
 
-    @property
     def extent(self) -> Optional[int]:
+        """The axis's extent where the definition fixes it, else None (nvFuser's ``IterDomain.extent()``)."""
         n = self.tv.logical_domain[self.dim].extent
         if self.part == "whole":
             return n
@@ -39,6 +39,9 @@ class LoopAxis:
         if factor_here:
             return self.factor
         return None if n is None else -(-n // self.factor)
+
+    def is_reduction(self) -> bool:
+        return self.tv.logical_domain[self.dim].is_reduction
 
     def parallelize(self, parallel_type) -> None:
         where = f"{self.tv.name}.axis(...).parallelize({getattr(parallel_type, 'name', parallel_type)})"
@@ -67,7 +70,7 @@ class LoopAxis:
         self.parallel_type = parallel_type
 
     def __repr__(self) -> str:
-        ext = "?" if self.extent is None else str(self.extent)
+        ext = "?" if self.extent() is None else str(self.extent())
         tag = "DIDx" if self.parallel_type is ParallelType.mesh_x else "S"
         return f"i{tag}{{{ext}}}"
 
