@@ -368,7 +368,7 @@ def test_val_and_expr_queries():
     for bad in (2, -3, "0"):
         with pytest.raises(IndexError, match=r"Expr.input\(.*T\d+ = add\(T\d+, S\d+\) has 2 inputs"):
             add.input(bad)
-    with pytest.raises(IndexError, match="has 1 outputs"):
+    with pytest.raises(IndexError, match="has 1 output$"):
         add.output(1)
 
 

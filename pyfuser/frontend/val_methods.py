@@ -58,7 +58,8 @@ def _expr_value(kind: str):
     def method(self, index: int):
         values = self.inputs if kind == "input" else self.outputs
         if not isinstance(index, int) or not -len(values) <= index < len(values):
-            raise IndexError(f"Expr.{kind}({index!r}): {self!r} has {len(values)} {kind}s")
+            count = f"{len(values)} {kind}" + ("" if len(values) == 1 else "s")
+            raise IndexError(f"Expr.{kind}({index!r}): {self!r} has {count}")
         return values[index]
 
     method.__name__ = kind
