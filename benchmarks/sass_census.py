@@ -11,7 +11,9 @@ kernel: SASS instructions, MUFU (special-function) instructions, registers, stac
 SM by registers and threads, and, for kernels without loops, static instructions per element (each thread runs
 its code once for its share of the program's elements; a rarely taken branch, such as the bf16 row division's
 exact path, counts as if it ran), and the same without the rarely taken exact paths (``hot_per_elem``: what a
-warp that takes none of them issues). Why: bf16 kernels can be bound by instruction issue (tanh-GELU is), and an
+warp that takes none of them issues). A pointwise kernel whose tiles inside the rows take an unmasked path and
+whose last tile per row a masked one (rows of odd widths) counts both paths in those two; ``interior_per_elem``
+is the unmasked path alone (the kernel compiled with the test taken as true), what most of its tiles issue. Why: bf16 kernels can be bound by instruction issue (tanh-GELU is), and an
 instruction count is the cheapest A/B there is, with or without a GPU.
 ``--dump DIR`` writes each kernel's source and SASS.
 """
@@ -24,7 +26,8 @@ import os
 import re
 import sys
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
+if __name__ == "__main__":  # (run as a script on any machine; imported, e.g. by a test, it changes nothing)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -61,7 +64,8 @@ def census(p, dump: str | None = None, label: str = "") -> dict:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
     from sm90 import compile_cubin, cuobjdump, kernel_spec, opcodes, programs_per_sm, resource_usage
 
-    (cubin,) = compile_cubin([kernel_spec(p, specialized=True)])
+    spec = kernel_spec(p, specialized=True)
+    (cubin,) = compile_cubin([spec])
     sass = cuobjdump(cubin, "-sass")
     usage = resource_usage(cubin)
     info = {"regs": usage["REG"], "stack": usage["STACK"], "shared": usage["SHARED"]}
@@ -76,6 +80,11 @@ def census(p, dump: str | None = None, label: str = "") -> dict:
     if elems and not loops:
         row["per_elem"] = round(len(ops) * threads / elems, 1)
         row["hot_per_elem"] = round((len(ops) - rare) * threads / elems, 1)
+        test = f"if {kernel_builder_test()}:"
+        if test in body:
+            (interior,) = compile_cubin([dict(spec, source=p.source.replace(test, "if True:"))])
+            isass = cuobjdump(interior, "-sass")
+            row["interior_per_elem"] = round((len(opcodes(isass)) - len(_rare_path(isass))) * threads / elems, 1)
     if dump:
         os.makedirs(dump, exist_ok=True)
         with open(os.path.join(dump, f"{label}{p.name}.py"), "w") as f:
@@ -83,6 +92,13 @@ def census(p, dump: str | None = None, label: str = "") -> dict:
         with open(os.path.join(dump, f"{label}{p.name}.sass"), "w") as f:
             f.write(sass)
     return row
+
+
+def kernel_builder_test() -> str:
+    """The condition of a pointwise kernel's unmasked interior path, as kernel_builder writes it."""
+    from pyfuser.codegen import kernel_builder
+
+    return kernel_builder.INTERIOR_TILE_TEST
 
 
 _BRANCH = re.compile(r"/\*([0-9a-f]{4})\*/\s+@!P\d+\s+BRA\s+(0x[0-9a-f]+)")

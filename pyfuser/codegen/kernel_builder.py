@@ -271,6 +271,10 @@ def prelude() -> str:
 # Every fma a kernel needs is written out (libdevice calls keep theirs), so contraction is switched off.
 COMPILE_OPTIONS = {"enable_reflect_ftz": False, "enable_fp_fusion": False}
 
+# The test that sends a pointwise tile wholly inside its rows to the unmasked path (``split_interior``); the
+# instruction census compiles the kernel with it taken as true to count that path alone.
+INTERIOR_TILE_TEST = "pid_c * BLOCK_C + BLOCK_C <= n_cols"
+
 
 _INT_OF_WIDTH = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -856,7 +860,7 @@ class Emitter:
                 vec = self.split_interior
                 self.w(f"n_cols_v = n_cols // {vec} * {vec}")
                 # (both branches bind the same names to the same types, as Triton requires of an if)
-                self.w("if pid_c * BLOCK_C + BLOCK_C <= n_cols:")
+                self.w(f"if {INTERIOR_TILE_TEST}:")
                 self.indent += 1
                 self.w("cmask = tl.full([1, BLOCK_C], 1, tl.int1)")
                 self._emit_stores(_Scope(top))
