@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import statistics
@@ -380,14 +381,13 @@ def bench_gemm(dev, timer, copy_bw, quick, shapes=()):
                 (lambda: fd.execute(list(args), _enable_options=["cuda_graph"])[0]) if dev.type == "cuda" else None,
                 expect),
             "Triton launcher": (lambda: grouped_gemm.nvfp4_grouped_mm(*args, torch.bfloat16), expect),
-            "bf16 torch._grouped_mm": (lambda: torch._grouped_mm(x, w_bf16.transpose(-1, -2), offs=ends), None),
-            "bf16 torch._grouped_mm, CUDA graph": (
-                _graphed_or_none(dev, lambda: torch._grouped_mm(x, w_bf16.transpose(-1, -2), offs=ends)), None),
-            # The same call on copies of its operands in other allocations: at N=14336 the call's time depends by
-            # up to 13% on where its tensors land (docs/performance.md). The ratios take the faster baseline.
-            BF16_OTHER_ALLOCATION: (lambda: torch._grouped_mm(x_alt, w_alt.transpose(-1, -2), offs=ends), None),
-            BF16_OTHER_ALLOCATION + ", CUDA graph": (
-                _graphed_or_none(dev, lambda: torch._grouped_mm(x_alt, w_alt.transpose(-1, -2), offs=ends)), None),
+            # The bf16 call on its operands and on copies of them in other allocations: at N=14336 its time depends
+            # by up to 13% on where its tensors land (docs/performance.md). The ratios take the faster baseline.
+            **{name + graph: (call if not graph else _graphed_or_none(dev, call), None)
+               for name, call in (
+                   ("bf16 torch._grouped_mm", functools.partial(torch._grouped_mm, x, w_bf16.mT, offs=ends)),
+                   (BF16_OTHER_ALLOCATION, functools.partial(torch._grouped_mm, x_alt, w_alt.mT, offs=ends)))
+               for graph in ("", ", CUDA graph")},
             "dequant + bf16 _grouped_mm": (
                 lambda: torch._grouped_mm(x, dequantize_bf16(w.packed, w.scales_linear, w.alpha).transpose(-1, -2),
                                           offs=ends),

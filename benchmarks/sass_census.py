@@ -13,8 +13,9 @@ its code once for its share of the program's elements; a rarely taken branch, su
 exact path, counts as if it ran), and the same without the rarely taken exact paths (``hot_per_elem``: what a
 warp that takes none of them issues). A pointwise kernel whose tiles inside the rows take an unmasked path and
 whose last tile per row a masked one (rows of odd widths) counts both paths in those two; ``interior_per_elem``
-is the unmasked path alone (the kernel compiled with the test taken as true), what most of its tiles issue. Why: bf16 kernels can be bound by instruction issue (tanh-GELU is), and an
-instruction count is the cheapest A/B there is, with or without a GPU.
+is the unmasked path alone (the kernel compiled with the test taken as true), what most of its tiles issue.
+Why: bf16 kernels can be bound by instruction issue (tanh-GELU is), and an instruction count is the cheapest
+A/B there is, with or without a GPU.
 ``--dump DIR`` writes each kernel's source and SASS.
 """
 
@@ -34,6 +35,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 
 import bench_fusions as bf  # noqa: E402
+from pyfuser.codegen.kernel_builder import INTERIOR_TILE_TEST  # noqa: E402
+
+INTERIOR_TEST_LINE = f"if {INTERIOR_TILE_TEST}:"  # how a pointwise kernel's source opens its unmasked path
 
 _DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -80,9 +84,8 @@ def census(p, dump: str | None = None, label: str = "") -> dict:
     if elems and not loops:
         row["per_elem"] = round(len(ops) * threads / elems, 1)
         row["hot_per_elem"] = round((len(ops) - rare) * threads / elems, 1)
-        test = f"if {kernel_builder_test()}:"
-        if test in body:
-            (interior,) = compile_cubin([dict(spec, source=p.source.replace(test, "if True:"))])
+        if INTERIOR_TEST_LINE in body:
+            (interior,) = compile_cubin([dict(spec, source=p.source.replace(INTERIOR_TEST_LINE, "if True:"))])
             isass = cuobjdump(interior, "-sass")
             row["interior_per_elem"] = round((len(opcodes(isass)) - len(_rare_path(isass))) * threads / elems, 1)
     if dump:
@@ -92,13 +95,6 @@ def census(p, dump: str | None = None, label: str = "") -> dict:
         with open(os.path.join(dump, f"{label}{p.name}.sass"), "w") as f:
             f.write(sass)
     return row
-
-
-def kernel_builder_test() -> str:
-    """The condition of a pointwise kernel's unmasked interior path, as kernel_builder writes it."""
-    from pyfuser.codegen import kernel_builder
-
-    return kernel_builder.INTERIOR_TILE_TEST
 
 
 _BRANCH = re.compile(r"/\*([0-9a-f]{4})\*/\s+@!P\d+\s+BRA\s+(0x[0-9a-f]+)")

@@ -25,7 +25,7 @@ def _plan(monkeypatch, case: str, rows: int, cols: int):
 
 def test_interior_path_counted_alone_for_split_tiles(monkeypatch):
     p = _plan(monkeypatch, "slice+add+mul", 64, 4096)  # 4095 columns: interior tiles and a masked last one
-    assert f"if {sass_census.kernel_builder_test()}:" in p.source
+    assert sass_census.INTERIOR_TEST_LINE in p.source
     row = sass_census.census(p)
     # the two paths together, then the interior one alone: fewer instructions, but more than its loads, stores
     # and arithmetic (scalar accesses of a misaligned row: a few instructions per element at least)
@@ -34,5 +34,5 @@ def test_interior_path_counted_alone_for_split_tiles(monkeypatch):
 
 def test_no_interior_count_without_a_split(monkeypatch):
     p = _plan(monkeypatch, "gelu(x*w+b)", 64, 4096)  # whole vectors per row: no masked edge path
-    assert f"if {sass_census.kernel_builder_test()}:" not in p.source
+    assert sass_census.INTERIOR_TEST_LINE not in p.source
     assert "interior_per_elem" not in sass_census.census(p)
