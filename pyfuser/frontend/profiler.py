@@ -27,6 +27,8 @@ from typing import Optional
 
 import torch
 
+from ..ir.nodes import TensorView
+
 _active: list = []
 _lock = threading.Lock()
 
@@ -82,7 +84,7 @@ def _boundary_bytes(runtime, vals) -> int:
 
     total = 0
     for v in vals:
-        layout = runtime.layouts.get(id(v)) if hasattr(v, "logical_domain") else None
+        layout = runtime.layouts.get(id(v)) if isinstance(v, TensorView) else None
         if layout is None:
             continue
         n = 1

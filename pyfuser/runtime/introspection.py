@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..ir.nodes import TensorView
 from .layouts import TensorLayout
 
 
@@ -58,8 +59,8 @@ def reports(runtime) -> list[SegmentReport]:
                 kernel_name=None if triton is None else triton.name,
                 kernel_source=None if triton is None else triton.source,
                 ops=[e.op.name for e in seg.exprs],
-                inputs={v.name: runtime.layouts.get(id(v)) for v in seg.inputs if hasattr(v, "logical_domain")},
-                outputs={v.name: runtime.layouts.get(id(v)) for v in seg.outputs if hasattr(v, "logical_domain")},
+                inputs={v.name: runtime.layouts.get(id(v)) for v in seg.inputs if isinstance(v, TensorView)},
+                outputs={v.name: runtime.layouts.get(id(v)) for v in seg.outputs if isinstance(v, TensorView)},
                 steps=steps,
             )
         )
