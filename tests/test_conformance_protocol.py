@@ -466,6 +466,32 @@ def test_python_profiler_reports_segments():
     assert prof2.profile.fusion_id >= 0 and prof2.profile.kernel_profiles[0].scheduler == "user"
 
 
+
+def test_reports_and_profiler_count_tensors_only():
+    """A segment's scalar inputs have no layout: `last_execution()` lists only its tensors, with their layouts,
+    and the profiler's bytes are the tensors' bytes (a transposed input counts its elements, not its strides)."""
+    a = transposed((6, 5), torch.float32)
+
+    def fusion(fd):
+        t = fd.from_pytorch(a)
+        s = fd.define_scalar(DataType.Double)
+        fd.add_output(fd.ops.mul(t, s))
+
+    fd = defined(fusion)
+    fd.execute([a, 2.0])
+    with PythonProfiler() as prof:
+        (out,) = fd.execute([a, 2.0])
+    want = a * 2.0
+    assert out.shape == want.shape and out.dtype == want.dtype and out.stride() == want.stride()
+    torch.testing.assert_close(out, want, rtol=0, atol=0)
+    (report,) = fd.last_execution()
+    t_in, t_out = fd.fusion.inputs()[0], fd.fusion.outputs()[0]
+    assert list(report.inputs) == [t_in.name] and list(report.outputs) == [t_out.name]
+    assert tuple(report.inputs[t_in.name].sizes) == (6, 5)
+    (k,) = prof.profile.kernel_profiles
+    assert k.input_bytes == a.numel() * 4 and k.output_bytes == out.numel() * 4
+
+
 # --------------------------------------------------------------------------------------------------------------
 # repr in nvFuser's printer style
 
